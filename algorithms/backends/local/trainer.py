@@ -1,0 +1,426 @@
+"""The local trainer backend: PyTorch + transformers on a CPU or one GPU.
+
+One iteration (ALGORITHMS.md "Training loop facts"; verl-agent's step-level PPO loop):
+
+1. **Rollout**: ``groups_per_batch`` training tasks x ``group_size`` rollouts, sampled at
+   ``train.temperature`` (:func:`benchmarks.rollout.collect_rollouts`).
+2. **Advantages**: the configured estimator on the StepBatch (:mod:`algorithms.registry`);
+   PPO also runs the critic for V(s_t).
+3. **Old and reference log-probs**: forward passes without gradient.
+4. **Update**: ``ppo_epochs`` passes over shuffled mini-batches of step samples; per token
+   ``clipped PPO loss(A_step) + kl_coef * KL_k3(pi || pi_ref) - entropy_coef * H``,
+   token-mean over the mini-batch, gradient clipping; environment text never enters the
+   loss (only response tokens are scored).
+
+Evaluation on a fixed panel at ``eval.temperature`` before RL (after the warm start), every
+``eval.every`` iterations and at the end. A checkpoint (policy, optimizer, critic, RNG and
+trainer state) is written atomically every ``train.checkpoint_every`` iterations; a run with
+``resume=true`` continues from it and loses at most the iterations since.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from algorithms import losses
+from algorithms.backends.local.model import build_tiny_model, load_model_and_tokenizer, resolve_device
+from algorithms.backends.local.policy import LocalPolicy, pack_sequences, response_logprobs
+from algorithms.backends.local.sft import supervised_finetune
+from algorithms.backends.local.value import ValueModel
+from algorithms.registry import estimate, estimator_spec
+from benchmarks.demos import collect_demonstrations
+from benchmarks.evaluation import evaluate, select_panel
+from benchmarks.registry import get_benchmark
+from benchmarks.rollout import RolloutBatch, collect_rollouts, success_by_task_type
+from benchmarks.workers import EnvPool
+from g2po.config import RunConfig, config_to_yaml, resolve_run_id
+from results.rundir import RunDir, atomic_write_json, atomic_write_text
+
+__all__ = ["LocalTrainer", "train"]
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, numpy and torch."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+class LocalTrainer:
+    """Runs one training run of ``cfg`` into ``<output_dir>/<run_id>`` (see module docstring)."""
+
+    def __init__(self, cfg: RunConfig, console=None):
+        self.cfg = cfg
+        self.run = RunDir(Path(cfg.output_dir) / resolve_run_id(cfg)).create()
+        self.bench = get_benchmark(cfg.env.name)
+        self.console = console
+        self.device = resolve_device(cfg.model.device)
+        self.metrics_t0 = time.time()
+        self.eval_history: list[dict[str, Any]] = []
+        self.start_iteration = 1
+        self.critic: ValueModel | None = None
+
+    # ------------------------------------------------------------------ logging
+    def log(self, msg: str) -> None:
+        if self.console is not None:
+            self.console.print(msg)
+
+    # ------------------------------------------------------------------ setup
+    def _setup_model(self, pool: EnvPool, train_tasks) -> dict[str, float]:
+        cfg = self.cfg
+        stats: dict[str, float] = {}
+        ckpt = self.run.checkpoint_dir
+        if not ckpt.exists() and ckpt.with_name(ckpt.name + ".old").exists():
+            ckpt = ckpt.with_name(ckpt.name + ".old")  # killed between the two renames
+        if cfg.resume and (ckpt / "trainer_state.json").exists():
+            self.model, self.tokenizer = load_model_and_tokenizer(ckpt / "policy", dtype=cfg.model.dtype,
+                                                                  device=cfg.model.device)
+            self.ref_model, _ = load_model_and_tokenizer(self.run.root / "reference", dtype=cfg.model.dtype,
+                                                         device=cfg.model.device)
+            self._resume_state = ckpt
+            return stats
+        self._resume_state = None
+        need_sft = cfg.train.sft_epochs > 0
+        demos = []
+        if cfg.model.path is None or need_sft:
+            t0 = time.time()
+            demos, replay_win = collect_demonstrations(
+                pool, self.bench, train_tasks, max_steps=cfg.env.max_steps,
+                history_length=cfg.env.history_length,
+            )
+            stats.update({"demo/steps": len(demos), "demo/replay_success": replay_win,
+                          "demo/seconds": time.time() - t0})
+            self.log(f"expert demonstrations: {len(demos)} steps from {len(train_tasks)} tasks "
+                     f"(replay success {replay_win:.0%})")
+        if cfg.model.path is None:
+            corpus = [d.prompt for d in demos] + [d.response for d in demos]
+            tiny = Path(cfg.model.tiny_dir) / f"{cfg.env.name}-{resolve_run_id(cfg)}"
+            build_tiny_model(tiny, corpus, vocab_size=cfg.model.vocab_size, hidden_size=cfg.model.hidden_size,
+                             num_layers=cfg.model.num_layers, num_heads=cfg.model.num_heads,
+                             intermediate_size=cfg.model.intermediate_size,
+                             max_position_embeddings=cfg.model.max_position_embeddings, seed=cfg.seed)
+            model_path = tiny
+        else:
+            model_path = Path(cfg.model.path)
+        self.model, self.tokenizer = load_model_and_tokenizer(model_path, dtype=cfg.model.dtype,
+                                                              device=cfg.model.device)
+        if need_sft and demos:
+            policy = LocalPolicy(self.model, self.tokenizer, max_prompt_tokens=cfg.train.max_prompt_tokens)
+            p_ids = [policy.encode_prompt(d.prompt) for d in demos]
+            eos = [self.tokenizer.eos_token_id] if self.tokenizer.eos_token_id is not None else []
+            r_ids = [self.tokenizer(d.response, add_special_tokens=False)["input_ids"] + eos for d in demos]
+            t0 = time.time()
+            stats.update(supervised_finetune(self.model, self.tokenizer, p_ids, r_ids,
+                                             epochs=cfg.train.sft_epochs, lr=cfg.train.sft_lr,
+                                             batch_size=cfg.train.sft_batch_size, seed=cfg.seed))
+            stats["sft/seconds"] = time.time() - t0
+            self.log(f"warm start: SFT loss {stats.get('sft/loss_first', 0):.3f} -> "
+                     f"{stats.get('sft/loss_last', 0):.3f} in {stats['sft/seconds']:.0f} s")
+        # the reference policy is the starting policy (after the warm start)
+        ref_dir = self.run.root / "reference"
+        staging = ref_dir.with_name(".reference.tmp")
+        self.model.save_pretrained(staging)
+        self.tokenizer.save_pretrained(staging)
+        if model_path == Path(cfg.model.path or "") or (model_path / "g2po_tiny.json").exists():
+            marker = model_path / "g2po_tiny.json"
+            if marker.exists():
+                (staging / "g2po_tiny.json").write_text(marker.read_text())
+        self.run.replace_dir(staging, ref_dir)
+        self.ref_model = copy.deepcopy(self.model)
+        return stats
+
+    # ------------------------------------------------------------------ main loop
+    def run_training(self) -> RunDir:
+        cfg = self.cfg
+        seed_everything(cfg.seed)
+        atomic_write_text(self.run.config_path, config_to_yaml(cfg))
+        total = cfg.train.iterations
+        self.run.write_status("running", 0, total)
+        train_tasks = self.bench.load_tasks(cfg.env, cfg.env.train_split)
+        eval_tasks = self.bench.load_tasks(cfg.env, cfg.env.eval_split)
+        if not train_tasks:
+            raise ValueError(f"no training tasks in split {cfg.env.train_split!r}")
+        panel = select_panel(eval_tasks, cfg.eval.num_tasks)
+        t_setup = time.time()
+        try:
+            with EnvPool(cfg.env.name, cfg.env, cfg.env.num_workers) as pool:
+                setup_stats = self._setup_model(pool, train_tasks)
+                self.ref_model.eval()
+                for p in self.ref_model.parameters():
+                    p.requires_grad_(False)
+                self.policy = LocalPolicy(self.model, self.tokenizer, max_prompt_tokens=cfg.train.max_prompt_tokens)
+                self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.train.lr,
+                                                   weight_decay=cfg.train.weight_decay)
+                if "values" in estimator_spec(cfg.algorithm.name).defaults:
+                    self.critic = ValueModel.from_policy(self.model, lr=cfg.train.value_lr)
+                if self._resume_state is not None:
+                    self._load_checkpoint(self._resume_state)
+                else:
+                    if setup_stats:
+                        atomic_write_json(self.run.root / "setup.json", {**setup_stats,
+                                          "setup_seconds": time.time() - t_setup})
+                    ev = self._evaluate(pool, panel, 0)
+                    self.log(f"evaluation before RL: success {ev['success_rate']:.1%} on {ev['num_episodes']} episodes")
+                self._loop(pool, train_tasks, panel)
+        except BaseException as exc:
+            self.run.write_status("failed", self.start_iteration - 1, total, error=f"{type(exc).__name__}: {exc}")
+            raise
+        self.run.write_status("done", total, total)
+        return self.run
+
+    def _loop(self, pool: EnvPool, train_tasks, panel) -> None:
+        cfg = self.cfg
+        total = cfg.train.iterations
+        progress = _Progress(total, self.start_iteration - 1, enabled=cfg.progress)
+        with progress:
+            for it in range(self.start_iteration, total + 1):
+                rec = self._iteration(pool, train_tasks, it)
+                if cfg.eval.every and it % cfg.eval.every == 0 or it == total:
+                    ev = self._evaluate(pool, panel, it)
+                    rec.update({"eval/success_rate": ev["success_rate"], "eval/score": ev["score"],
+                                **{f"eval/success/{k}": v for k, v in ev["per_task_type"].items()}})
+                rec["time_s"] = time.time() - self.metrics_t0
+                self.run.log_metrics(rec)
+                if it % cfg.train.checkpoint_every == 0 or it == total:
+                    self._save_checkpoint(it)
+                self.run.write_status("running" if it < total else "done", it, total)
+                progress.update(it, rec)
+                self.start_iteration = it + 1
+
+    def _iteration(self, pool: EnvPool, train_tasks, it: int) -> dict[str, Any]:
+        cfg = self.cfg
+        t0 = time.time()
+        rng = np.random.default_rng([cfg.seed, it])
+        k = min(cfg.train.groups_per_batch, len(train_tasks))
+        chosen = [train_tasks[i] for i in sorted(rng.choice(len(train_tasks), size=k, replace=False))]
+        rb = collect_rollouts(
+            self.policy, pool, self.bench, chosen, group_size=cfg.train.group_size,
+            max_steps=cfg.env.max_steps, temperature=cfg.train.temperature, top_p=cfg.train.top_p,
+            max_new_tokens=cfg.train.max_response_tokens, seed=cfg.seed * 100003 + it,
+            history_length=cfg.env.history_length, success_reward=cfg.algorithm.success_reward,
+        )
+        t_roll = time.time()
+        values = None
+        if self.critic is not None:
+            values = self.critic.predict(rb.prompt_ids, self.tokenizer.pad_token_id,
+                                         batch_size=cfg.train.micro_batch_size)
+        opts = self._estimator_options(rb, values)
+        res = estimate(cfg.algorithm.name, rb.steps, **opts)
+        t_adv = time.time()
+        upd = self._update(rb, res.advantages)
+        if self.critic is not None:
+            returns = res.returns if res.returns is not None else res.advantages + values
+            upd.update(self.critic.fit(rb.prompt_ids, returns, values, self.tokenizer.pad_token_id,
+                                       clip=cfg.train.value_clip, batch_size=cfg.train.micro_batch_size,
+                                       epochs=cfg.train.ppo_epochs, seed=cfg.seed + it))
+        t_upd = time.time()
+        trajs = rb.trajectories
+        rec: dict[str, Any] = {
+            "iteration": it,
+            "iter_s": t_upd - t0, "rollout_s": t_roll - t0, "adv_s": t_adv - t_roll, "update_s": t_upd - t_adv,
+            "train/success_rate": rb.success_rate,
+            "train/episode_len": float(np.mean([t["num_steps"] for t in trajs])),
+            "train/invalid_frac": float((~rb.steps.action_valid).mean()) if len(rb.steps) else 0.0,
+            "train/steps": len(rb.steps),
+            "train/crashed": int(sum(t["crashed"] for t in trajs)),
+            "train/response_tokens": float(np.mean([len(r) for r in rb.response_ids])) if rb.response_ids else 0.0,
+            **{f"train/success/{k}": v for k, v in success_by_task_type(trajs).items()},
+            **{f"adv/{k}": v for k, v in res.diagnostics.items()},
+            **upd,
+        }
+        return rec
+
+    def _estimator_options(self, rb: RolloutBatch, values) -> dict[str, Any]:
+        a = self.cfg.algorithm
+        opts: dict[str, Any] = {"mode": a.mode, "gamma": a.gamma, "step_weight": a.step_weight,
+                                "invalid_penalty": a.invalid_penalty, "success_reward": a.success_reward}
+        opts.update(dict(a.options))
+        spec = estimator_spec(a.name)
+        if "values" in spec.defaults:
+            opts["values"] = values
+        if "state_text" in spec.defaults and opts.get("grouping", "exact") != "exact":
+            opts["state_text"] = rb.state_texts
+        return opts
+
+    # ------------------------------------------------------------------ update
+    def _update(self, rb: RolloutBatch, advantages: np.ndarray) -> dict[str, float]:
+        cfg = self.cfg.train
+        pad = self.tokenizer.pad_token_id
+        rows = [i for i, r in enumerate(rb.response_ids) if len(r) > 0]
+        if not rows:
+            return {}
+        rows.sort(key=lambda i: len(rb.prompt_ids[i]) + len(rb.response_ids[i]))
+        temp = self.cfg.train.temperature
+        old_lp: dict[int, torch.Tensor] = {}
+        ref_lp: dict[int, torch.Tensor] = {}
+        with torch.no_grad():
+            for s in range(0, len(rows), cfg.micro_batch_size):
+                mb = rows[s:s + cfg.micro_batch_size]
+                packed = pack_sequences([rb.prompt_ids[i] for i in mb], [rb.response_ids[i] for i in mb],
+                                        pad, self.device)
+                lp, _ = response_logprobs(self.model, packed, temperature=temp)
+                rl, _ = response_logprobs(self.ref_model, packed, temperature=temp)
+                for j, i in enumerate(mb):
+                    n = len(rb.response_ids[i])
+                    old_lp[i] = lp[j, :n].clone()
+                    ref_lp[i] = rl[j, :n].clone()
+        self.model.train()
+        rng = np.random.default_rng(int(self.cfg.seed) + len(rows))
+        sums: dict[str, float] = {}
+        n_mb = 0
+        grad_norms = []
+        for _ in range(cfg.ppo_epochs):
+            order = rng.permutation(rows)
+            for s in range(0, len(order), cfg.mini_batch_size):
+                mini = list(order[s:s + cfg.mini_batch_size])
+                mini.sort(key=lambda i: len(rb.prompt_ids[i]) + len(rb.response_ids[i]))
+                n_tok = sum(len(rb.response_ids[i]) for i in mini)
+                self.optimizer.zero_grad(set_to_none=True)
+                mb_stats: dict[str, float] = {}
+                for m in range(0, len(mini), cfg.micro_batch_size):
+                    micro = mini[m:m + cfg.micro_batch_size]
+                    packed = pack_sequences([rb.prompt_ids[i] for i in micro],
+                                            [rb.response_ids[i] for i in micro], pad, self.device)
+                    mask = packed["response_mask"]
+                    logp, ent = response_logprobs(self.model, packed, temperature=temp, with_entropy=True)
+                    old = _stack(old_lp, micro, mask)
+                    ref = _stack(ref_lp, micro, mask)
+                    adv = torch.as_tensor(advantages[micro], dtype=torch.float32, device=self.device)
+                    adv = adv[:, None].expand_as(logp)
+                    out = losses.ppo_step_loss(
+                        logp, old, ref, adv, ent, mask, clip_ratio=cfg.clip_ratio, kl_coef=cfg.kl_coef,
+                        entropy_coef=cfg.entropy_coef, kl_estimator=cfg.kl_estimator, num_tokens=n_tok,
+                    )
+                    out["loss"].backward()
+                    for k, v in out["stats"].items():
+                        mb_stats[k] = mb_stats.get(k, 0.0) + float(v) * mask.sum().item() / n_tok
+                gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+                grad_norms.append(float(gn))
+                self.optimizer.step()
+                for k, v in mb_stats.items():
+                    sums[k] = sums.get(k, 0.0) + v
+                n_mb += 1
+        self.model.eval()
+        out = {f"loss/{k}": v / max(n_mb, 1) for k, v in sums.items()}
+        out["loss/grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
+        out["train/truncated_prompts"] = self.policy.truncated_prompts
+        return out
+
+    # ------------------------------------------------------------------ evaluation
+    def _evaluate(self, pool: EnvPool, panel, iteration: int) -> dict[str, Any]:
+        cfg = self.cfg
+        ev = evaluate(
+            self.policy, pool, self.bench, panel, iteration=iteration, max_steps=cfg.env.max_steps,
+            temperature=cfg.eval.temperature, max_new_tokens=cfg.train.max_response_tokens,
+            seed=cfg.seed + 7919, episodes_per_task=cfg.eval.episodes_per_task,
+            history_length=cfg.env.history_length,
+        )
+        self.eval_history = [e for e in self.eval_history if e["iteration"] < iteration] + [ev]
+        self._write_eval()
+        return ev
+
+    def _write_eval(self) -> None:
+        hist = self.eval_history
+        best = max(hist, key=lambda e: (e["success_rate"], e["score"], -e["iteration"]))
+        atomic_write_json(self.run.eval_path, {
+            "env": self.cfg.env.name,
+            "panel": {"split": self.cfg.env.eval_split, "num_tasks": self.cfg.eval.num_tasks,
+                      "episodes_per_task": self.cfg.eval.episodes_per_task,
+                      "temperature": self.cfg.eval.temperature},
+            "history": hist,
+            "before": next((e for e in hist if e["iteration"] == 0), None),
+            "final": hist[-1],
+            "best": best,
+        })
+
+    # ------------------------------------------------------------------ checkpoints
+    def _save_checkpoint(self, it: int) -> None:
+        target = self.run.checkpoint_dir
+        staging = target.with_name(f".latest.{os.getpid()}.tmp")
+        if staging.exists():
+            import shutil
+
+            shutil.rmtree(staging)
+        staging.mkdir(parents=True)
+        self.model.save_pretrained(staging / "policy")
+        self.tokenizer.save_pretrained(staging / "policy")
+        state = {"optimizer": self.optimizer.state_dict(),
+                 "torch_rng": torch.get_rng_state(), "numpy_rng": np.random.get_state(),
+                 "python_rng": random.getstate()}
+        if self.critic is not None:
+            state["critic"] = self.critic.state_dict()
+        torch.save(state, staging / "optim.pt")
+        (staging / "trainer_state.json").write_text(json.dumps({
+            "iteration": it, "eval_history": self.eval_history,
+            "elapsed_s": time.time() - self.metrics_t0,
+        }))
+        self.run.replace_dir(staging, target)
+
+    def _load_checkpoint(self, ckpt: Path) -> None:
+        meta = json.loads((ckpt / "trainer_state.json").read_text())
+        state = torch.load(ckpt / "optim.pt", weights_only=False)
+        self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["torch_rng"])
+        np.random.set_state(state["numpy_rng"])
+        random.setstate(state["python_rng"])
+        if self.critic is not None and "critic" in state:
+            self.critic.load_state_dict(state["critic"])
+        self.start_iteration = int(meta["iteration"]) + 1
+        self.eval_history = meta["eval_history"]
+        self.metrics_t0 = time.time() - float(meta.get("elapsed_s", 0.0))
+        self.run.truncate_metrics(int(meta["iteration"]))
+        if self.eval_history:
+            self._write_eval()
+        self.log(f"resumed from the checkpoint of iteration {meta['iteration']}")
+
+
+def _stack(store: dict[int, torch.Tensor], rows: list[int], mask: torch.Tensor) -> torch.Tensor:
+    out = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+    for j, i in enumerate(rows):
+        v = store[i]
+        out[j, : v.shape[0]] = v
+    return out
+
+
+class _Progress:
+    """A rich progress bar over iterations showing the latest success rate (optional)."""
+
+    def __init__(self, total: int, done: int, enabled: bool):
+        self.enabled = enabled and total > 0
+        self.total, self.done = total, done
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("[bold]RL"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                TextColumn("{task.description}"))
+            self.bar.__enter__()
+            self.task = self.bar.add_task("", total=self.total, completed=self.done)
+        return self
+
+    def update(self, it: int, rec: dict[str, Any]) -> None:
+        if self.enabled:
+            desc = f"train success {rec['train/success_rate']:.0%}  {rec['iter_s']:.1f} s/it"
+            if "eval/success_rate" in rec:
+                desc += f"  eval {rec['eval/success_rate']:.0%}"
+            self.bar.update(self.task, completed=it, description=desc)
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.bar.__exit__(*exc)
+
+
+def train(cfg: RunConfig, console=None) -> RunDir:
+    """Run the local backend on ``cfg``; returns the run folder."""
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    return LocalTrainer(cfg, console=console).run_training()

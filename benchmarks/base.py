@@ -1,0 +1,84 @@
+"""The environment protocol shared by every benchmark (ALFWorld, WebShop, AppWorld, ...).
+
+DESIGN.md "The shape": one small protocol: reset a task, step a text action, report reward,
+done, success, admissible actions if any, and the state key. The rollout engine only talks
+to this protocol; prompts and action parsing are per environment (``prompt.py`` of each
+benchmark) and share :mod:`benchmarks.parsing`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Task", "Observation", "Environment"]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task instance (a game, a goal, ...).
+
+    Attributes:
+        task_id: stable, unique id, used for grouping, evaluation panels and reports
+            (e.g. ``"valid_seen/pick_and_place_simple-Book-None-Sofa-229/trial_T2019..."``).
+        task_type: the reporting category (ALFWorld task type, ``"webshop"``, ...).
+        env: benchmark name (``"alfworld"``, ``"webshop"``).
+        payload: environment-specific data needed to reset (a game file path, a goal dict).
+            Must be picklable: tasks travel to worker processes.
+    """
+
+    task_id: str
+    task_type: str
+    env: str
+    payload: Any = None
+
+
+@dataclass
+class Observation:
+    """What the environment reports after ``reset`` or ``step``.
+
+    Attributes:
+        text: the observation text shown to the agent (the engine's reply to the last action).
+        instruction: the task description ("Your task is to: ...", the WebShop instruction).
+        admissible_actions: valid commands in this state, or None if the env has no such list.
+        state_key: the anchor-state key of *this* state (ALGORITHMS.md "State keys"), computed
+            with the environment's configured key rule; an action taken from this state is
+            recorded with this key.
+        reward: reward of the last step in the environment's own units (ALFWorld: 1 on a win;
+            WebShop: the purchase reward in [0, 1]); 0 after ``reset``.
+        done: the episode ended (win, purchase, or the environment's own end).
+        won: the episode ended in success.
+        info: extra data (e.g. WebShop ``score``), JSON-serialisable.
+    """
+
+    text: str
+    instruction: str
+    admissible_actions: list[str] | None
+    state_key: str
+    reward: float = 0.0
+    done: bool = False
+    won: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Environment(ABC):
+    """A text environment that plays one episode of one task at a time.
+
+    Implementations are constructed inside worker processes from picklable settings and
+    must not download anything at construction (DESIGN.md "Rules of the house").
+    """
+
+    name: str = "base"
+
+    @abstractmethod
+    def reset(self, task: Task) -> Observation:
+        """Start an episode of ``task``; returns the first observation."""
+
+    @abstractmethod
+    def step(self, action: str) -> Observation:
+        """Send a text command (already parsed from the model output; an invalid output is
+        passed as the fallback text chosen by the parser) and return the next observation."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources (subprocesses, files)."""

@@ -1,0 +1,87 @@
+"""The evaluation protocol: a fixed task panel played at validation temperature.
+
+The panel is chosen once from the (sorted) evaluation split, round-robin across task types so
+every type is represented, and is the same for every run with the same settings, which makes
+runs comparable cell by cell (ALGORITHMS.md "Training loop facts": validation temperature
+0.4). The result is the EVAL record of ``results/rundir.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from benchmarks.base import Task
+from benchmarks.policy import Policy
+from benchmarks.rollout import collect_rollouts, success_by_task_type
+from benchmarks.workers import EnvPool
+
+__all__ = ["select_panel", "evaluate"]
+
+
+def select_panel(tasks: Sequence[Task], num_tasks: int) -> list[Task]:
+    """Pick ``num_tasks`` tasks (0 = all) round-robin across task types, in sorted order.
+
+    Deterministic: depends only on the task ids. Returns tasks sorted by task_id.
+    """
+    tasks = sorted(tasks, key=lambda t: t.task_id)
+    if num_tasks <= 0 or num_tasks >= len(tasks):
+        return tasks
+    by_type: dict[str, list[Task]] = {}
+    for t in tasks:
+        by_type.setdefault(t.task_type, []).append(t)
+    queues = [list(v) for _, v in sorted(by_type.items())]
+    panel: list[Task] = []
+    while len(panel) < num_tasks:
+        for q in queues:
+            if q and len(panel) < num_tasks:
+                panel.append(q.pop(0))
+    return sorted(panel, key=lambda t: t.task_id)
+
+
+def evaluate(
+    policy: Policy,
+    pool: EnvPool,
+    benchmark: ModuleType,
+    panel: Sequence[Task],
+    *,
+    iteration: int,
+    max_steps: int,
+    temperature: float,
+    max_new_tokens: int,
+    seed: int,
+    episodes_per_task: int = 1,
+    history_length: int = 2,
+    batch_tasks: int = 32,
+) -> dict[str, Any]:
+    """Play every panel task ``episodes_per_task`` times and summarise.
+
+    Returns:
+        EVAL dict: ``iteration, success_rate`` (fraction), ``per_task_type`` (fractions),
+        ``num_episodes, score`` (mean final env reward x 100), ``mean_steps, invalid_frac``.
+    """
+    trajs: list[dict[str, Any]] = []
+    invalid = 0
+    steps = 0
+    for start in range(0, len(panel), batch_tasks):
+        chunk = list(panel[start:start + batch_tasks])
+        rb = collect_rollouts(
+            policy, pool, benchmark, chunk, group_size=episodes_per_task, max_steps=max_steps,
+            temperature=temperature, max_new_tokens=max_new_tokens, seed=seed + start,
+            history_length=history_length, group_offset=start,
+        )
+        trajs.extend(rb.trajectories)
+        invalid += int((~rb.steps.action_valid).sum())
+        steps += len(rb.steps)
+    return {
+        "iteration": iteration,
+        "success_rate": float(np.mean([t["success"] for t in trajs])) if trajs else 0.0,
+        "per_task_type": success_by_task_type(trajs),
+        "num_episodes": len(trajs),
+        "score": float(np.mean([t["score"] for t in trajs])) if trajs else 0.0,
+        "mean_steps": float(np.mean([t["num_steps"] for t in trajs])) if trajs else 0.0,
+        "invalid_frac": invalid / steps if steps else 0.0,
+    }

@@ -1,0 +1,27 @@
+"""Benchmark lookup: the environment name of a config -> the benchmark module.
+
+Every benchmark package (``benchmarks/<name>/__init__.py``) exports the same interface:
+
+- ``load_tasks(cfg: EnvConfig, split: str) -> list[Task]`` (sorted, deterministic),
+- ``make_env(cfg: EnvConfig) -> Environment`` (cheap, no download; runs in worker processes),
+- ``build_prompt(obs, history, step, history_length) -> str``,
+- ``expert_actions(task) -> list[str]`` (a winning action sequence, for warm starts and tests),
+- ``expert_response(action, obs) -> str`` (the response text an expert would give),
+- ``TASK_TYPES``: the reporting categories, in table order.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+__all__ = ["get_benchmark", "BENCHMARKS"]
+
+BENCHMARKS = ("alfworld", "webshop", "toy")
+
+
+def get_benchmark(name: str) -> ModuleType:
+    """Import ``benchmarks.<name>``. Raises ValueError for an unknown name."""
+    if name not in BENCHMARKS:
+        raise ValueError(f"unknown environment {name!r}; known: {', '.join(BENCHMARKS)}")
+    return importlib.import_module(f"benchmarks.{name}")

@@ -1,0 +1,184 @@
+"""The multi-turn rollout engine: groups of N rollouts per task, emitted as a StepBatch.
+
+For each of G tasks, N environments start the same task (a *task group*, ALGORITHMS.md
+"Notation") and are played in lock-step: at every step the prompts of all active
+environments are generated in one batch by the policy, parsed
+(:func:`benchmarks.parsing.parse_response`), and stepped in parallel worker processes
+(:class:`benchmarks.workers.EnvPool`). An episode ends on success, on the environment's own
+end, at ``max_steps`` (truncation: a failure), or when its environment crashes (a failure,
+restarted for the next episode).
+
+Rewards follow the reference setting: the final step of a successful episode gets
+``success_reward`` (10), every other step 0; the environment's own final reward is kept
+as the trajectory's ``score`` (WebShop: purchase reward x 100).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from algorithms.batch import StepBatch, hash_state_keys
+from benchmarks.base import Observation, Task
+from benchmarks.parsing import parse_response
+from benchmarks.policy import Policy
+from benchmarks.workers import EnvPool
+
+__all__ = ["RolloutBatch", "collect_rollouts", "success_by_task_type"]
+
+
+@dataclass
+class RolloutBatch:
+    """Rollouts of one batch: the StepBatch plus row-aligned token data and per-trajectory info.
+
+    Attributes:
+        steps: StepBatch with B rows, ordered by (traj_id, step).
+        prompt_ids: B lists of prompt token ids (empty for remote policies).
+        response_ids: B lists of response token ids.
+        responses: B response texts.
+        state_texts: B state-key texts (before hashing), for similarity grouping and logs.
+        trajectories: one dict per trajectory: ``traj_id, group_id, task_id, task_type,
+            success, num_steps, score, invalid_steps, truncated, crashed``.
+    """
+
+    steps: StepBatch
+    prompt_ids: list[list[int]]
+    response_ids: list[list[int]]
+    responses: list[str]
+    state_texts: list[str]
+    trajectories: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def success_rate(self) -> float:
+        """Fraction of trajectories that succeeded."""
+        if not self.trajectories:
+            return 0.0
+        return float(np.mean([t["success"] for t in self.trajectories]))
+
+
+def collect_rollouts(
+    policy: Policy,
+    pool: EnvPool,
+    benchmark: ModuleType,
+    tasks: Sequence[Task],
+    *,
+    group_size: int,
+    max_steps: int,
+    temperature: float,
+    max_new_tokens: int,
+    seed: int,
+    top_p: float = 1.0,
+    history_length: int = 2,
+    success_reward: float = 10.0,
+    group_offset: int = 0,
+    on_step: Any = None,
+) -> RolloutBatch:
+    """Play ``group_size`` episodes of every task in lock-step and collect the steps.
+
+    Args:
+        policy: any :class:`benchmarks.policy.Policy`.
+        pool: the environment pool (needs ``len(tasks) * group_size`` slots; slots are
+            created on first use).
+        benchmark: the benchmark module (``build_prompt``; see :mod:`benchmarks.registry`).
+        tasks: G tasks; task g forms task group ``group_offset + g``.
+        group_size: N rollouts per task.
+        max_steps: step limit per episode (ALFWorld 50, WebShop 15 in the reference).
+        temperature, top_p, max_new_tokens: sampling settings (temperature 0 = greedy).
+        seed: base seed; step t of this call samples with seed ``seed * 1000 + t``, so the
+            same seed, tasks and policy give the same rollouts.
+        history_length: (observation, action) pairs shown in the prompt.
+        success_reward: reward of the final step of a successful episode.
+        group_offset: first task-group id (keeps ids distinct across calls).
+        on_step: optional callback ``on_step(t, num_active)`` for progress display.
+
+    Returns:
+        RolloutBatch with one row per step taken.
+    """
+    n_env = len(tasks) * group_size
+    env_task = [tasks[i // group_size] for i in range(n_env)]
+    group_of = [group_offset + i // group_size for i in range(n_env)]
+    traj_of = [group_offset * group_size + i for i in range(n_env)]
+    obs: dict[int, Observation] = pool.reset(list(enumerate(env_task)))
+    history: list[list[tuple[str, str]]] = [[] for _ in range(n_env)]
+    active = [not obs[i].done for i in range(n_env)]
+    crashed = [bool(obs[i].info.get("crashed")) for i in range(n_env)]
+    won = [False] * n_env
+    score = [0.0] * n_env
+    n_steps = [0] * n_env
+    invalid = [0] * n_env
+    rows: list[dict[str, Any]] = []
+
+    for t in range(max_steps):
+        idx = [i for i in range(n_env) if active[i]]
+        if not idx:
+            break
+        if on_step is not None:
+            on_step(t, len(idx))
+        prompts = [benchmark.build_prompt(obs[i], history[i], t, history_length) for i in idx]
+        gens = policy.generate(prompts, temperature=temperature, max_new_tokens=max_new_tokens,
+                               top_p=top_p, seed=seed * 1000 + t)
+        parsed = [parse_response(g.text) for g in gens]
+        new_obs = pool.step([(i, p.action) for i, p in zip(idx, parsed)])
+        for i, gen, p in zip(idx, gens, parsed):
+            o = new_obs[i]
+            done = o.done or t == max_steps - 1
+            rows.append({
+                "env": i, "step": t, "state_text": obs[i].state_key, "valid": p.valid,
+                "reward": success_reward if o.won else 0.0,
+                "prompt_ids": gen.prompt_ids, "response_ids": gen.response_ids, "response": gen.text,
+            })
+            n_steps[i] += 1
+            invalid[i] += int(not p.valid)
+            history[i].append((obs[i].text, p.action))
+            obs[i] = o
+            if o.info.get("crashed"):
+                crashed[i] = True
+            if o.done:
+                won[i] = bool(o.won)
+                score[i] = float(o.info.get("score", 100.0 * o.reward))
+            if done:
+                active[i] = False
+
+    rows.sort(key=lambda r: (traj_of[r["env"]], r["step"]))
+    envs = np.array([r["env"] for r in rows], dtype=np.int64)
+    group_arr = np.asarray(group_of, dtype=np.int64)
+    traj_arr = np.asarray(traj_of, dtype=np.int64)
+    won_arr = np.asarray(won, dtype=bool)
+    steps = StepBatch(
+        group_id=group_arr[envs] if rows else np.zeros(0, np.int64),
+        traj_id=traj_arr[envs] if rows else np.zeros(0, np.int64),
+        step=np.array([r["step"] for r in rows], dtype=np.int64),
+        state_key=hash_state_keys(r["state_text"] for r in rows),
+        reward=np.array([r["reward"] for r in rows], dtype=np.float64),
+        success=won_arr[envs] if rows else np.zeros(0, bool),
+        action_valid=np.array([r["valid"] for r in rows], dtype=bool),
+    )
+    trajectories = [
+        {
+            "traj_id": traj_of[i], "group_id": group_of[i], "task_id": env_task[i].task_id,
+            "task_type": env_task[i].task_type, "success": won[i], "num_steps": n_steps[i],
+            "score": score[i], "invalid_steps": invalid[i],
+            "truncated": (not won[i]) and n_steps[i] >= max_steps, "crashed": crashed[i],
+        }
+        for i in range(n_env)
+    ]
+    return RolloutBatch(
+        steps=steps,
+        prompt_ids=[r["prompt_ids"] for r in rows],
+        response_ids=[r["response_ids"] for r in rows],
+        responses=[r["response"] for r in rows],
+        state_texts=[r["state_text"] for r in rows],
+        trajectories=trajectories,
+    )
+
+
+def success_by_task_type(trajectories: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Success rate (fraction) per task type over the given trajectories."""
+    out: dict[str, list[bool]] = {}
+    for t in trajectories:
+        out.setdefault(t["task_type"], []).append(bool(t["success"]))
+    return {k: float(np.mean(v)) for k, v in sorted(out.items())}

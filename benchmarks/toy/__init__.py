@@ -1,0 +1,85 @@
+"""A tiny deterministic text environment for fast tests and studies of the harness.
+
+"Corridor": the agent starts in room 0 of a corridor of ``length`` rooms and must reach the
+last room. Actions: ``go east``, ``go west``, ``look``. Anything else gets "Nothing happens."
+(an unknown command, as in ALFWorld). Observations recur across trajectories, so the
+state-key graph has shared nodes and self-loops like the real benchmarks.
+
+Fault injection for harness tests: the action ``raise error`` makes ``step`` raise, and
+``kill process`` ends the worker process abruptly (``os._exit``), so the rollout engine's
+restart path can be tested without a flaky real environment.
+"""
+
+from __future__ import annotations
+
+import os
+
+from benchmarks.base import Environment, Observation, Task
+
+__all__ = ["CorridorEnv", "load_tasks", "make_env", "build_prompt", "expert_actions",
+           "expert_response", "TASK_TYPES"]
+
+TASK_TYPES = ("corridor",)
+
+
+class CorridorEnv(Environment):
+    """The corridor environment (see the module docstring). Reward 1 on reaching the end."""
+
+    name = "toy"
+
+    def __init__(self) -> None:
+        self.length = 0
+        self.pos = 0
+        self.instruction = ""
+
+    def _obs(self, text: str, *, reward: float = 0.0, done: bool = False, won: bool = False) -> Observation:
+        admissible = ["go east", "go west", "look"]
+        key = f"room {self.pos}" if not text.startswith("Nothing happens") else f"room {self.pos}"
+        return Observation(text=text, instruction=self.instruction, admissible_actions=admissible,
+                           state_key=key, reward=reward, done=done, won=won)
+
+    def reset(self, task: Task) -> Observation:
+        self.length = int(task.payload["length"])
+        self.pos = 0
+        self.instruction = f"reach room {self.length - 1}."
+        return self._obs(f"You are in room 0 of {self.length}.")
+
+    def step(self, action: str) -> Observation:
+        if action == "raise error":
+            raise RuntimeError("injected environment error")
+        if action == "kill process":
+            os._exit(3)
+        if action == "go east":
+            self.pos = min(self.pos + 1, self.length - 1)
+        elif action == "go west":
+            self.pos = max(self.pos - 1, 0)
+        elif action != "look":
+            return self._obs("Nothing happens.")
+        won = self.pos == self.length - 1
+        return self._obs(f"You are in room {self.pos} of {self.length}.", reward=float(won), done=won, won=won)
+
+
+def load_tasks(cfg, split: str) -> list[Task]:
+    """Corridors of length 2..6 (train) or 3..7 (any other split)."""
+    lengths = range(2, 7) if split == "train" else range(3, 8)
+    return [Task(task_id=f"{split}/corridor-{n}", task_type="corridor", env="toy", payload={"length": n})
+            for n in lengths]
+
+
+def make_env(cfg=None) -> CorridorEnv:
+    return CorridorEnv()
+
+
+def build_prompt(obs: Observation, history: list[tuple[str, str]], step: int, history_length: int = 2) -> str:
+    recent = history[-history_length:] if history_length else []
+    past = " ".join(f"[{o} -> {a}]" for o, a in recent)
+    actions = ", ".join(obs.admissible_actions or [])
+    return f"Task: {obs.instruction} Step {step}. History: {past} Now: {obs.text} Actions: {actions}. Answer:"
+
+
+def expert_actions(task: Task) -> list[str]:
+    return ["go east"] * (int(task.payload["length"]) - 1)
+
+
+def expert_response(action: str, obs: Observation) -> str:
+    return f"<think>go on</think><action>{action}</action>"

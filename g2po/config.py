@@ -1,0 +1,325 @@
+"""The run config: one typed object per run, loaded from YAML and dotted ``key=value`` overrides.
+
+DESIGN.md "Rules of the house": typed dataclasses, loaded from YAML, overridable from the
+command line; the resolved config is saved with every run and is enough to rerun it. Presets
+(``g2po/presets/*.yaml``) reproduce the reference settings (ALGORITHMS.md "Training loop
+facts"); the dataclass defaults are the CPU default of the main job (``g2po train`` with no
+arguments: a tiny model on generated ALFWorld games, about 10-15 minutes on 2 cores).
+
+Validation happens in :func:`load_config` before any work starts: an unknown key, a value of
+the wrong type or an out-of-range value raises :class:`ConfigError` naming the key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+__all__ = [
+    "ConfigError",
+    "EnvConfig",
+    "AlgorithmConfig",
+    "ModelConfig",
+    "TrainConfig",
+    "EvalConfig",
+    "RunConfig",
+    "load_config",
+    "config_to_yaml",
+    "config_hash",
+    "PRESET_DIR",
+]
+
+PRESET_DIR = Path(__file__).parent / "presets"
+
+ALFWORLD_TASK_TYPES = (
+    "pick_and_place_simple",
+    "look_at_obj_in_light",
+    "pick_clean_then_place_in_recep",
+    "pick_heat_then_place_in_recep",
+    "pick_cool_then_place_in_recep",
+    "pick_two_obj_and_place",
+)
+
+
+class ConfigError(ValueError):
+    """A config key or value is wrong; the message names the key and how to fix it."""
+
+
+@dataclass
+class EnvConfig:
+    """Which benchmark, which tasks, and how states are keyed.
+
+    ``data_dir`` None means the embedded default: games generated offline from the
+    ``alfworld`` wheel (ALFWorld) or the synthetic catalogue (WebShop), cached under
+    ``generated_dir``. A path means a folder in the benchmark's own layout (e.g.
+    ``../shared/data/alfworld`` with ``json_2.1.1/<split>/...``).
+    """
+
+    name: str = "alfworld"
+    data_dir: str | None = None
+    train_split: str = "train"
+    eval_split: str = "valid_seen"
+    task_types: list[str] = field(default_factory=list)  # empty = all task types
+    max_steps: int = 15
+    state_key: str = "reference"  # "reference" | "raw"
+    history_length: int = 2
+    num_workers: int = 0  # 0 = as many as cores
+    # generated-game settings (embedded default)
+    generated_dir: str = "results/cache/alfworld_generated"
+    generated_train_games: int = 48
+    generated_eval_games: int = 24
+    generated_max_receptacles: int = 6
+    generated_seed: int = 0
+    webshop_observation_mode: str = "text"  # "text" | "text_rich"
+
+
+@dataclass
+class AlgorithmConfig:
+    """The advantage estimator and its options (ALGORITHMS.md).
+
+    ``name`` is a registered estimator (``g2po algorithms`` lists them). ``options`` carries
+    estimator-specific extras (ablation switches); unknown ones fail before any work.
+    """
+
+    name: str = "g2po"
+    mode: str = "mean_std_norm"  # "mean_std_norm" (ALFWorld reference) | "mean_norm" (WebShop)
+    gamma: float = 0.95
+    step_weight: float = 1.0  # G2PO w / GiGPO omega
+    invalid_penalty: float = 0.1
+    success_reward: float = 10.0
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ModelConfig:
+    """The policy model. ``path`` None builds the tiny CPU model (Llama-style, byte-level BPE)."""
+
+    path: str | None = None
+    tiny_dir: str = "results/cache/tiny_model"
+    hidden_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+    intermediate_size: int = 256
+    vocab_size: int = 1024
+    max_position_embeddings: int = 1024
+    dtype: str = "float32"  # "float32" | "bfloat16"
+    device: str = "auto"  # "auto" | "cpu" | "cuda"
+
+
+@dataclass
+class TrainConfig:
+    """The training loop (ALGORITHMS.md "Training loop facts" give the reference values)."""
+
+    iterations: int = 12
+    groups_per_batch: int = 4  # tasks per batch (reference 16)
+    group_size: int = 8  # rollouts per task (reference 8)
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_prompt_tokens: int = 768
+    max_response_tokens: int = 24
+    lr: float = 2e-4
+    weight_decay: float = 0.0
+    kl_coef: float = 0.01
+    kl_estimator: str = "k3"  # "k1" | "k2" | "k3" (low-variance)
+    clip_ratio: float = 0.2
+    entropy_coef: float = 0.001
+    max_grad_norm: float = 1.0
+    mini_batch_size: int = 64  # step samples per optimizer step
+    micro_batch_size: int = 16  # step samples per forward/backward
+    ppo_epochs: int = 1
+    value_lr: float = 1e-3
+    value_clip: float = 0.2
+    sft_epochs: int = 4  # warm start on expert walkthroughs (0 = off)
+    sft_lr: float = 3e-3
+    sft_batch_size: int = 32
+    checkpoint_every: int = 1
+
+
+@dataclass
+class EvalConfig:
+    """Evaluation on a fixed task panel (held-out split) at temperature 0.4."""
+
+    every: int = 6  # evaluate every k iterations (and before and after training)
+    num_tasks: int = 24  # 0 = the whole split
+    temperature: float = 0.4
+    episodes_per_task: int = 1
+
+
+@dataclass
+class RunConfig:
+    """One run. ``run_id`` None derives ``<env>-<algorithm>-s<seed>-<hash>`` from the config."""
+
+    seed: int = 0
+    backend: str = "local"  # "local" | "openrlhf"
+    output_dir: str = "results/runs"
+    run_id: str | None = None
+    resume: bool = False
+    progress: bool = True
+    env: EnvConfig = field(default_factory=EnvConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+# ---------------------------------------------------------------------------- loading
+def load_config(
+    config_file: str | Path | None = None,
+    overrides: list[str] | None = None,
+    *,
+    preset: str | None = None,
+) -> RunConfig:
+    """Build a validated RunConfig: dataclass defaults < preset < YAML file < overrides.
+
+    Args:
+        config_file: a YAML file with any subset of the keys.
+        overrides: dotted ``key=value`` strings, e.g. ``["algorithm.name=gigpo", "seed=3"]``.
+        preset: name of a file in ``g2po/presets`` (without ``.yaml``), e.g. ``alfworld_1.5b``.
+
+    Raises:
+        ConfigError: unknown key, wrong type, bad value, missing file; before any work starts.
+    """
+    base = OmegaConf.structured(RunConfig)
+    layers: list[DictConfig] = []
+    try:
+        if preset:
+            path = PRESET_DIR / f"{preset}.yaml"
+            if not path.exists():
+                known = ", ".join(sorted(p.stem for p in PRESET_DIR.glob("*.yaml")))
+                raise ConfigError(f"unknown preset {preset!r}; known presets: {known}")
+            layers.append(OmegaConf.load(path))
+        if config_file is not None:
+            path = Path(config_file)
+            if not path.exists():
+                raise ConfigError(f"config file {str(path)!r} does not exist")
+            loaded = OmegaConf.load(path)
+            if not isinstance(loaded, DictConfig):
+                raise ConfigError(f"config file {str(path)!r} must hold a mapping of keys")
+            layers.append(loaded)
+        for item in overrides or []:
+            if "=" not in item:
+                raise ConfigError(
+                    f"override {item!r} is not of the form key=value (e.g. algorithm.name=gigpo)"
+                )
+        if overrides:
+            layers.append(OmegaConf.from_dotlist(list(overrides)))
+        merged = OmegaConf.merge(base, *layers)
+        missing = sorted(OmegaConf.missing_keys(merged))
+        if missing:
+            raise ConfigError(
+                f"config key(s) {', '.join(missing)} must be set (the preset or file leaves them "
+                "as ???), e.g. model.path=/models/Qwen2.5-1.5B-Instruct"
+            )
+        cfg: RunConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    except ConfigError:
+        raise
+    except OmegaConfBaseException as exc:
+        raise ConfigError(_omegaconf_message(exc)) from None
+    validate_config(cfg)
+    return cfg
+
+
+def _omegaconf_message(exc: OmegaConfBaseException) -> str:
+    key = getattr(exc, "full_key", None) or getattr(exc, "key", None)
+    msg = str(exc).splitlines()[0]
+    if "Key" in msg and "not in" in msg:
+        return f"unknown config key {key!r}: {msg}. Run `g2po config` to list the keys."
+    if key:
+        return f"bad value for config key {key!r}: {msg}"
+    return msg
+
+
+def validate_config(cfg: RunConfig) -> None:
+    """Range and choice checks that types alone do not catch. Raises ConfigError."""
+
+    def need(cond: bool, key: str, msg: str) -> None:
+        if not cond:
+            raise ConfigError(f"bad value for config key {key!r}: {msg}")
+
+    need(cfg.env.name in ("alfworld", "webshop", "toy"), "env.name", f"{cfg.env.name!r}; choose alfworld, webshop or toy")
+    need(cfg.env.state_key in ("reference", "raw"), "env.state_key", "choose reference or raw")
+    need(cfg.env.max_steps >= 1, "env.max_steps", "must be >= 1")
+    need(cfg.env.history_length >= 0, "env.history_length", "must be >= 0")
+    need(cfg.env.num_workers >= 0, "env.num_workers", "must be >= 0 (0 = as many as cores)")
+    need(
+        cfg.env.webshop_observation_mode in ("text", "text_rich"),
+        "env.webshop_observation_mode",
+        "choose text or text_rich",
+    )
+    if cfg.env.name == "alfworld":
+        for t in cfg.env.task_types:
+            need(t in ALFWORLD_TASK_TYPES, "env.task_types", f"{t!r}; known: {', '.join(ALFWORLD_TASK_TYPES)}")
+    if cfg.env.data_dir is not None:
+        need(Path(cfg.env.data_dir).exists(), "env.data_dir", f"folder {cfg.env.data_dir!r} does not exist")
+    need(cfg.algorithm.mode in ("mean_std_norm", "mean_norm"), "algorithm.mode", "choose mean_std_norm or mean_norm")
+    need(0.0 <= cfg.algorithm.gamma <= 1.0, "algorithm.gamma", "must be in [0, 1]")
+    need(cfg.algorithm.invalid_penalty >= 0, "algorithm.invalid_penalty", "must be >= 0")
+    from algorithms.registry import available_estimators, check_options
+
+    need(
+        cfg.algorithm.name in available_estimators(),
+        "algorithm.name",
+        f"{cfg.algorithm.name!r}; registered estimators: {', '.join(available_estimators())}",
+    )
+    try:
+        check_options(cfg.algorithm.name, dict(cfg.algorithm.options))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"bad value for config key 'algorithm.options': {exc}") from None
+    need(cfg.backend in ("local", "openrlhf"), "backend", "choose local or openrlhf")
+    need(cfg.model.dtype in ("float32", "bfloat16"), "model.dtype", "choose float32 or bfloat16")
+    need(cfg.model.device in ("auto", "cpu", "cuda"), "model.device", "choose auto, cpu or cuda")
+    if cfg.model.path is not None:
+        need(Path(cfg.model.path).is_dir(), "model.path", f"folder {cfg.model.path!r} does not exist")
+    t = cfg.train
+    need(t.iterations >= 0, "train.iterations", "must be >= 0")
+    need(t.groups_per_batch >= 1, "train.groups_per_batch", "must be >= 1")
+    need(t.group_size >= 1, "train.group_size", "must be >= 1")
+    need(t.temperature > 0, "train.temperature", "must be > 0")
+    need(0 < t.top_p <= 1, "train.top_p", "must be in (0, 1]")
+    need(t.max_response_tokens >= 1, "train.max_response_tokens", "must be >= 1")
+    need(t.max_prompt_tokens >= 16, "train.max_prompt_tokens", "must be >= 16")
+    need(t.lr > 0, "train.lr", "must be > 0")
+    need(t.kl_estimator in ("k1", "k2", "k3"), "train.kl_estimator", "choose k1, k2 or k3")
+    need(t.mini_batch_size >= 1 and t.micro_batch_size >= 1, "train.mini_batch_size", "must be >= 1")
+    need(t.ppo_epochs >= 1, "train.ppo_epochs", "must be >= 1")
+    need(t.sft_epochs >= 0, "train.sft_epochs", "must be >= 0")
+    need(t.checkpoint_every >= 1, "train.checkpoint_every", "must be >= 1")
+    need(cfg.eval.every >= 0, "eval.every", "must be >= 0 (0 = only before and after)")
+    need(cfg.eval.num_tasks >= 0, "eval.num_tasks", "must be >= 0 (0 = whole split)")
+    need(cfg.eval.temperature >= 0, "eval.temperature", "must be >= 0 (0 = greedy)")
+
+
+def config_to_dict(cfg: RunConfig) -> dict[str, Any]:
+    """Plain dict of the config (JSON/YAML-serialisable)."""
+    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)  # type: ignore[return-value]
+
+
+def config_to_yaml(cfg: RunConfig) -> str:
+    """The resolved config as YAML (what ``config.yaml`` of a run holds)."""
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+_NON_SEMANTIC_KEYS = ("run_id", "resume", "progress", "output_dir")
+
+
+def config_hash(cfg: RunConfig, length: int = 10) -> str:
+    """Stable hash of the result-relevant part of the config (ignores run_id, resume, progress,
+    output_dir); two configs with the same hash produce the same run."""
+    d = config_to_dict(cfg)
+    for k in _NON_SEMANTIC_KEYS:
+        d.pop(k, None)
+    blob = json.dumps(d, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:length]
+
+
+def resolve_run_id(cfg: RunConfig) -> str:
+    """The run id: ``cfg.run_id`` if set, else ``<env>-<algorithm>-s<seed>-<config hash>``."""
+    if cfg.run_id:
+        return cfg.run_id
+    return f"{cfg.env.name}-{cfg.algorithm.name}-s{cfg.seed}-{config_hash(cfg)}"

@@ -1,0 +1,185 @@
+"""The run folder: what one training or evaluation run writes, and how (atomically).
+
+Layout of ``results/runs/<run_id>/`` (DESIGN.md "results/"):
+
+- ``config.yaml``: the resolved run config; enough to rerun the run.
+- ``metrics.jsonl``: one JSON object per training iteration, appended as the run goes
+  (keys: ``iteration`` (1-based), ``time_s`` (seconds since start), ``train/...``,
+  ``loss/...``, ``adv/...`` estimator diagnostics, ``eval/...`` on evaluation iterations).
+- ``eval.json``: evaluations: ``{"env", "panel", "history": [EVAL...], "before": EVAL,
+  "final": EVAL, "best": EVAL}`` where EVAL = ``{"iteration", "success_rate" (fraction in
+  [0, 1]), "per_task_type": {type: success_rate}, "num_episodes", "score" (WebShop: mean
+  reward x 100, else null), "mean_steps"}``. ``before`` is the evaluation at iteration 0
+  (after any warm start, before RL).
+- ``status.json``: ``{"state": "running"|"done"|"failed", "iteration", "total_iterations",
+  "error", "updated"}``.
+- ``checkpoints/``: ``latest/`` (model, optimizer, trainer state), replaced atomically.
+
+Every file is written whole to a temporary name and renamed into place, so a kill at any
+moment leaves either the old or the new file, never a torn one. ``metrics.jsonl`` is
+append-only; a reader skips a torn last line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "RunDir",
+    "atomic_write_text",
+    "atomic_write_json",
+    "append_jsonl",
+    "read_jsonl",
+]
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (temporary file in the same folder, fsync, rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Write ``obj`` as indented JSON to ``path`` atomically."""
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+
+
+def append_jsonl(path: str | os.PathLike, record: dict[str, Any]) -> None:
+    """Append one JSON line to ``path`` and fsync it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(record, sort_keys=True, default=_json_default) + "\n"
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(line)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Read a JSONL file; a torn (unparseable) line is skipped. Missing file -> []."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def _json_default(obj: Any) -> Any:
+    try:
+        import numpy as np
+
+        if isinstance(obj, np.generic):
+            return obj.item()
+        if isinstance(obj, np.ndarray):
+            return obj.tolist()
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"cannot serialise {type(obj).__name__} to JSON")
+
+
+class RunDir:
+    """Paths and writers of one run folder (see the module docstring for the layout)."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+
+    @property
+    def run_id(self) -> str:
+        return self.root.name
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.root / "metrics.jsonl"
+
+    @property
+    def eval_path(self) -> Path:
+        return self.root / "eval.json"
+
+    @property
+    def status_path(self) -> Path:
+        return self.root / "status.json"
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.root / "checkpoints" / "latest"
+
+    def create(self) -> RunDir:
+        self.root.mkdir(parents=True, exist_ok=True)
+        return self
+
+    def write_status(self, state: str, iteration: int, total_iterations: int, error: str | None = None) -> None:
+        atomic_write_json(
+            self.status_path,
+            {
+                "state": state,
+                "iteration": iteration,
+                "total_iterations": total_iterations,
+                "error": error,
+                "updated": time.time(),
+            },
+        )
+
+    def read_status(self) -> dict[str, Any] | None:
+        if not self.status_path.exists():
+            return None
+        try:
+            return json.loads(self.status_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            return None
+
+    def log_metrics(self, record: dict[str, Any]) -> None:
+        append_jsonl(self.metrics_path, record)
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        return read_jsonl(self.metrics_path)
+
+    def truncate_metrics(self, last_iteration: int) -> None:
+        """Drop metric lines after ``last_iteration`` (used on resume from a checkpoint)."""
+        kept = [r for r in self.read_metrics() if int(r.get("iteration", 0)) <= last_iteration]
+        atomic_write_text(
+            self.metrics_path,
+            "".join(json.dumps(r, sort_keys=True, default=_json_default) + "\n" for r in kept),
+        )
+
+    def replace_dir(self, staging: Path, target: Path) -> None:
+        """Move a fully written folder ``staging`` to ``target`` atomically (old one removed after)."""
+        target.parent.mkdir(parents=True, exist_ok=True)
+        old = target.with_name(target.name + ".old")
+        if old.exists():
+            shutil.rmtree(old)
+        if target.exists():
+            os.replace(target, old)
+        os.replace(staging, target)
+        if old.exists():
+            shutil.rmtree(old)

@@ -1,0 +1,54 @@
+"""Config loading: defaults, YAML + overrides, and errors that name the key before any work."""
+
+import pytest
+
+from g2po.config import ConfigError, config_hash, load_config, resolve_run_id
+
+
+def test_defaults_are_the_cpu_main_job():
+    cfg = load_config()
+    assert cfg.env.name == "alfworld" and cfg.env.data_dir is None
+    assert cfg.algorithm.name == "g2po" and cfg.algorithm.mode == "mean_std_norm"
+    assert cfg.backend == "local" and cfg.model.path is None
+
+
+def test_yaml_then_overrides(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("algorithm:\n  name: gigpo\ntrain:\n  iterations: 3\n")
+    cfg = load_config(f, ["train.iterations=5", "seed=7"])
+    assert cfg.algorithm.name == "gigpo" and cfg.train.iterations == 5 and cfg.seed == 7
+
+
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        (["train.lr=abc"], "train.lr"),
+        (["nosuch.key=1"], "nosuch"),
+        (["env.max_steps=0"], "env.max_steps"),
+        (["algorithm.name=nope"], "algorithm.name"),
+        (["algorithm.mode=zscore"], "algorithm.mode"),
+        (["env.task_types=[pick_nothing]"], "env.task_types"),
+        (["iterations"], "key=value"),
+        (["algorithm.options={no_such_option: 1}"], "algorithm.options"),
+    ],
+)
+def test_bad_config_names_the_key(override, needle):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, override)
+    assert needle in str(err.value)
+
+
+def test_preset_needs_model_path():
+    with pytest.raises(ConfigError, match="model.path"):
+        load_config(preset="alfworld_1.5b")
+    with pytest.raises(ConfigError, match="unknown preset"):
+        load_config(preset="nope")
+
+
+def test_run_id_is_a_function_of_the_config():
+    a = load_config(None, ["seed=1"])
+    b = load_config(None, ["seed=1", "progress=false", "output_dir=/tmp/x"])
+    c = load_config(None, ["seed=2"])
+    assert config_hash(a) == config_hash(b) != config_hash(c)
+    assert resolve_run_id(a).startswith("alfworld-g2po-s1-")
+    assert resolve_run_id(load_config(None, ["run_id=mine"])) == "mine"

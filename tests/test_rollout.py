@@ -1,0 +1,95 @@
+"""The rollout engine and environment pool on the toy corridor environment."""
+
+import random
+
+import numpy as np
+
+from benchmarks.policy import Generation
+from benchmarks.registry import get_benchmark
+from benchmarks.rollout import collect_rollouts
+from benchmarks.workers import EnvPool
+
+
+class ScriptedPolicy:
+    """Answers each prompt with a seeded random choice among fixed responses."""
+
+    def __init__(self, responses):
+        self.responses = responses
+
+    def generate(self, prompts, *, temperature, max_new_tokens, top_p=1.0, seed=None):
+        rng = random.Random(seed)
+        return [Generation(text=rng.choice(self.responses)) for _ in prompts]
+
+
+def act(a):
+    return f"<think>t</think><action>{a}</action>"
+
+
+TOY = get_benchmark("toy")
+
+
+def test_groups_ids_rewards_and_success():
+    tasks = TOY.load_tasks(None, "train")[:2]  # corridors of length 2 and 3
+    with EnvPool("toy", None, 2) as pool:
+        rb = collect_rollouts(ScriptedPolicy([act("go east")]), pool, TOY, tasks, group_size=3,
+                              max_steps=5, temperature=1.0, max_new_tokens=8, seed=0, group_offset=10)
+    s = rb.steps
+    assert rb.success_rate == 1.0
+    assert sorted(set(s.group_id.tolist())) == [10, 11]
+    assert len(set(s.traj_id.tolist())) == 6
+    # length-2 corridor: one step; length-3: two steps -> 3*1 + 3*2 rows
+    assert len(s) == 9
+    # reward 10 only on the final step of each (successful) trajectory
+    assert s.reward.sum() == 60.0
+    last = np.r_[s.traj_id[1:] != s.traj_id[:-1], True]
+    assert np.all(s.reward[last] == 10.0) and np.all(s.reward[~last] == 0.0)
+    assert all(t["task_type"] == "corridor" for t in rb.trajectories)
+
+
+def test_invalid_output_is_penalised_and_the_episode_goes_on():
+    tasks = TOY.load_tasks(None, "train")[:1]
+    with EnvPool("toy", None, 1) as pool:
+        rb = collect_rollouts(ScriptedPolicy(["I refuse to use tags"]), pool, TOY, tasks, group_size=2,
+                              max_steps=4, temperature=1.0, max_new_tokens=8, seed=0)
+    assert len(rb.steps) == 8  # both episodes ran to the step limit
+    assert not rb.steps.action_valid.any()
+    assert all(t["truncated"] and not t["success"] for t in rb.trajectories)
+    # "Nothing happens" keeps the state: every step is taken from the same state key
+    assert len(set(rb.steps.state_key.tolist())) == 1
+
+
+def test_same_seed_same_rollouts():
+    tasks = TOY.load_tasks(None, "train")
+    pol = ScriptedPolicy([act("go east"), act("go west"), act("look"), "garbage"])
+    with EnvPool("toy", None, 2) as pool:
+        a = collect_rollouts(pol, pool, TOY, tasks, group_size=4, max_steps=6, temperature=1.0,
+                             max_new_tokens=8, seed=3)
+        b = collect_rollouts(pol, pool, TOY, tasks, group_size=4, max_steps=6, temperature=1.0,
+                             max_new_tokens=8, seed=3)
+    for k, v in a.steps.to_dict().items():
+        np.testing.assert_array_equal(v, b.steps.to_dict()[k])
+    assert a.responses == b.responses
+
+
+def test_crashing_environment_is_restarted_and_its_episode_fails():
+    tasks = TOY.load_tasks(None, "train")[3:4]  # corridor of length 5
+    with EnvPool("toy", None, 1) as pool:
+        rb = collect_rollouts(ScriptedPolicy([act("raise error")]), pool, TOY, tasks, group_size=2,
+                              max_steps=5, temperature=1.0, max_new_tokens=8, seed=0)
+        assert all(t["crashed"] and not t["success"] and t["num_steps"] == 1 for t in rb.trajectories)
+        # the pool keeps working after the crash
+        ok = collect_rollouts(ScriptedPolicy([act("go east")]), pool, TOY, tasks, group_size=2,
+                              max_steps=5, temperature=1.0, max_new_tokens=8, seed=0)
+        assert ok.success_rate == 1.0
+
+
+def test_dead_worker_process_is_restarted():
+    tasks = TOY.load_tasks(None, "train")[3:4]
+    with EnvPool("toy", None, 2) as pool:
+        rb = collect_rollouts(ScriptedPolicy([act("kill process")]), pool, TOY, tasks, group_size=2,
+                              max_steps=5, temperature=1.0, max_new_tokens=8, seed=0)
+        assert all(t["crashed"] and not t["success"] for t in rb.trajectories)
+        assert pool.restarts >= 1
+        ok = collect_rollouts(ScriptedPolicy([act("go east")]), pool, TOY, tasks, group_size=2,
+                              max_steps=5, temperature=1.0, max_new_tokens=8, seed=0)
+        assert ok.success_rate == 1.0
