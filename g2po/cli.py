@@ -4,11 +4,13 @@
 
     g2po train [--config FILE] [--preset NAME] [key=value ...]   train (CPU default without arguments)
     g2po eval  [--config FILE] [--run RUN_DIR] [key=value ...]   evaluate a model or a run's checkpoint
+    g2po eval  baseline=react|reflexion|direct [key=value ...]   a prompting baseline's run (baselines/)
     g2po data download {alfworld,webshop} [--dest DIR]           fetch official data (needs internet)
     g2po data generate alfworld [key=value ...]                  generate the offline ALFWorld games
     g2po algorithms                                              list estimators and their options
     g2po bench advantages [--sizes ...]                          estimator speed
     g2po config [--preset NAME] [key=value ...]                  print the resolved config
+    g2po sweep {launch,status,cancel,list} SPEC [...]            sweeps with Submitit (sweeps/cli.py)
 
 A bad config key or value fails before any work starts, with a message naming it.
 """
@@ -60,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeats", type=int, default=5)
     bsub.add_parser("alfworld", help="ALFWorld harness steps per second")
     bsub.add_parser("webshop", help="WebShop environment, index and search speed")
+
+    from sweeps.cli import add_sweep_arguments
+
+    add_sweep_arguments(sub)
     return parser
 
 
@@ -86,6 +92,19 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"run folder: {run.root}")
             return 0
         if args.command == "eval":
+            from baselines.config import is_baseline_request
+
+            if is_baseline_request(args.overrides, args.config):  # baseline.name=react ... (baselines/)
+                from baselines.run import run_baseline_cli
+                from benchmarks.policies import PolicyError
+
+                try:
+                    out = run_baseline_cli(args.config, args.overrides, preset=args.preset, console=console)
+                except PolicyError as exc:  # bad key, unreachable server, ...: one clear line
+                    console.print(f"[red]policy error:[/red] {exc}")
+                    return 1
+                console.print(f"baseline run written to {out}")
+                return 0
             from g2po.train import run_eval
 
             cfg = _load(args)
@@ -99,6 +118,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "data":
             return _data(args, console)
+        if args.command == "sweep":
+            from sweeps.cli import run_sweep_command
+
+            return run_sweep_command(args, console)
         if args.command == "algorithms":
             from algorithms.registry import describe_estimators
 

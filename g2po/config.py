@@ -138,6 +138,7 @@ class TrainConfig:
     sft_epochs: int = 4  # warm start on expert walkthroughs (0 = off)
     sft_lr: float = 3e-3
     sft_batch_size: int = 32
+    sft_max_tasks: int = 256  # expert demonstrations from at most this many training tasks
     checkpoint_every: int = 1
 
 
@@ -210,7 +211,13 @@ def load_config(
         if overrides:
             layers.append(OmegaConf.from_dotlist(list(overrides)))
         merged = OmegaConf.merge(base, *layers)
-        missing = sorted(OmegaConf.missing_keys(merged))
+        # a ``???`` in a preset or file does not override on merge: find those left unset
+        missing = sorted(
+            key
+            for i, layer in enumerate(layers)
+            for key in OmegaConf.missing_keys(layer)
+            if not any(_is_set(later, key) for later in layers[i + 1:])
+        )
         if missing:
             raise ConfigError(
                 f"config key(s) {', '.join(missing)} must be set (the preset or file leaves them "
@@ -223,6 +230,11 @@ def load_config(
         raise ConfigError(_omegaconf_message(exc)) from None
     validate_config(cfg)
     return cfg
+
+
+def _is_set(layer: DictConfig, dotted: str) -> bool:
+    node = OmegaConf.select(layer, dotted, default="???", throw_on_missing=False)
+    return node != "???"
 
 
 def _omegaconf_message(exc: OmegaConfBaseException) -> str:
@@ -289,6 +301,7 @@ def validate_config(cfg: RunConfig) -> None:
     need(t.mini_batch_size >= 1 and t.micro_batch_size >= 1, "train.mini_batch_size", "must be >= 1")
     need(t.ppo_epochs >= 1, "train.ppo_epochs", "must be >= 1")
     need(t.sft_epochs >= 0, "train.sft_epochs", "must be >= 0")
+    need(t.sft_max_tasks >= 1, "train.sft_max_tasks", "must be >= 1")
     need(t.checkpoint_every >= 1, "train.checkpoint_every", "must be >= 1")
     need(cfg.eval.every >= 0, "eval.every", "must be >= 0 (0 = only before and after)")
     need(cfg.eval.num_tasks >= 0, "eval.num_tasks", "must be >= 0 (0 = whole split)")

@@ -93,13 +93,14 @@ class LocalTrainer:
         demos = []
         if cfg.model.path is None or need_sft:
             t0 = time.time()
+            demo_tasks = _spread(train_tasks, cfg.train.sft_max_tasks)
             demos, replay_win = collect_demonstrations(
-                pool, self.bench, train_tasks, max_steps=cfg.env.max_steps,
+                pool, self.bench, demo_tasks, max_steps=cfg.env.max_steps,
                 history_length=cfg.env.history_length,
             )
             stats.update({"demo/steps": len(demos), "demo/replay_success": replay_win,
                           "demo/seconds": time.time() - t0})
-            self.log(f"expert demonstrations: {len(demos)} steps from {len(train_tasks)} tasks "
+            self.log(f"expert demonstrations: {len(demos)} steps from {len(demo_tasks)} tasks "
                      f"(replay success {replay_win:.0%})")
         if cfg.model.path is None:
             corpus = [d.prompt for d in demos] + [d.response for d in demos]
@@ -381,6 +382,14 @@ class LocalTrainer:
         if self.eval_history:
             self._write_eval()
         self.log(f"resumed from the checkpoint of iteration {meta['iteration']}")
+
+
+def _spread(items: list, k: int) -> list:
+    """At most ``k`` items, evenly spaced over the (sorted) list; deterministic."""
+    if len(items) <= k:
+        return list(items)
+    idx = np.linspace(0, len(items) - 1, k).round().astype(int)
+    return [items[i] for i in sorted(set(idx.tolist()))]
 
 
 def _stack(store: dict[int, torch.Tensor], rows: list[int], mask: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,162 @@
+"""The WebShop prompt of verl-agent/G2PO, its observation formatting, and expert responses.
+
+Facts (verl-agent ``WebshopEnvironmentManager`` and ``prompts/webshop.py``, as used by G2PO):
+
+- The observation shown to the model (and the state key, "anchor") is the page text after
+  the instruction: the ``text`` observation split on ``" [SEP] "``, everything after the
+  first part equal to the instruction, each part wrapped in single quotes, joined by
+  ``" [SEP] "``. When the instruction is not one of the parts (``text_rich`` mode), the
+  observation is used unchanged (:func:`format_observation`).
+- Available actions are listed one a line as ``'action',``.
+- Step 0 (and ``history_length`` 0) uses the template without history; later steps show
+  the last ``history_length`` (observation, action) pairs as
+  ``[Observation k: '<obs>', Action k: '<action>']`` lines (k counts from 1), the number of
+  steps already taken and the current step number. A prompt longer than 13,000 characters
+  falls back to the template without history.
+- The model answers ``<think>...</think><action>...</action>``; the action is parsed with
+  :func:`benchmarks.parsing.parse_response` with its default ``lowercase=True``:
+  verl-agent lowercases the whole response, and the environment lowercases the action
+  argument anyway (option values are stored lowercase), so lowercasing loses nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from benchmarks.base import Observation
+
+__all__ = [
+    "TEMPLATE",
+    "TEMPLATE_NO_HISTORY",
+    "MAX_PROMPT_CHARS",
+    "format_observation",
+    "format_actions",
+    "build_prompt",
+    "expert_response",
+]
+
+_INSTRUCTIONS = (
+    "Now it's your turn to take one action for the current step.\n"
+    "You should first reason step-by-step about the current situation, then think carefully which "
+    "admissible action best advances the shopping goal. This reasoning process MUST be enclosed "
+    "within <think> </think> tags. \n"
+    "Once you've finished your reasoning, you should choose an admissible action for current step "
+    "and present it within <action> </action> tags.\n"
+)
+_ACTIONS_BLOCK = (
+    "Your admissible actions of the current situation are: \n"
+    "[\n"
+    "{available_actions}\n"
+    "].\n"
+    "\n"
+)
+#: the first-step template (verl-agent ``WEBSHOP_TEMPLATE_NO_HIS``; note the trailing spaces)
+TEMPLATE_NO_HISTORY = (
+    "\n"
+    "You are an expert autonomous agent operating in the WebShop e\u2011commerce environment. \n"
+    "Your task is to: {task_description}.\n"
+    "Your current observation is: {current_observation}.\n"
+    + _ACTIONS_BLOCK + _INSTRUCTIONS
+)
+#: the template with history (verl-agent ``WEBSHOP_TEMPLATE``)
+TEMPLATE = (
+    "\n"
+    "You are an expert autonomous agent operating in the WebShop e\u2011commerce environment.\n"
+    "Your task is to: {task_description}.\n"
+    "Prior to this step, you have already taken {step_count} step(s). Below are the most recent "
+    "{history_length} observations and the corresponding actions you took: {action_history}\n"
+    "You are now at step {current_step} and your current observation is: {current_observation}.\n"
+    + _ACTIONS_BLOCK + _INSTRUCTIONS
+)
+
+#: prompts longer than this (characters) drop the history (verl-agent's guard)
+MAX_PROMPT_CHARS = 13000
+
+
+def format_observation(text: str, instruction: str) -> str:
+    """The page text after the instruction, parts quoted (module docstring)."""
+    parts = text.split(" [SEP] ")
+    try:
+        i = parts.index(instruction)
+    except ValueError:
+        return text
+    return " [SEP] ".join(f"'{p}'" for p in parts[i + 1:])
+
+
+def format_actions(actions: Sequence[str] | None) -> str:
+    """``'a',`` lines of the admissible actions."""
+    return "\n".join(f"'{a}'," for a in (actions or []))
+
+
+def _obs_text(o: Any, instruction: str) -> str:
+    if isinstance(o, Observation):
+        return format_observation(o.text, o.instruction)
+    return format_observation(str(o), instruction)
+
+
+def build_prompt(
+    obs: Observation,
+    history: Sequence[tuple[Any, str]],
+    step: int,
+    history_length: int = 2,
+) -> str:
+    """The prompt of one step.
+
+    Args:
+        obs: the current observation.
+        history: the earlier (observation, action) pairs of the episode, oldest first (at
+            least the last ``history_length``); an observation may be an
+            :class:`~benchmarks.base.Observation` or its raw ``text`` (formatted here).
+        step: number of actions already taken (0 at the first step).
+        history_length: pairs to show (verl-agent default 2; 0 = no history).
+
+    Returns:
+        the prompt text.
+    """
+    task = obs.instruction
+    current = format_observation(obs.text, obs.instruction)
+    actions = format_actions(obs.admissible_actions)
+    no_history = TEMPLATE_NO_HISTORY.format(task_description=task, current_observation=current,
+                                            available_actions=actions)
+    if step <= 0 or history_length <= 0:
+        return no_history
+    recent = list(history)[-history_length:]
+    start = max(step - len(recent), 0)
+    lines = [
+        f"[Observation {start + j + 1}: '{_obs_text(o, task)}', Action {start + j + 1}: '{a}']"
+        for j, (o, a) in enumerate(recent)
+    ]
+    prompt = TEMPLATE.format(
+        task_description=task, step_count=step, history_length=len(recent),
+        action_history="\n".join(lines), current_step=step + 1, current_observation=current,
+        available_actions=actions,
+    )
+    return no_history if len(prompt) > MAX_PROMPT_CHARS else prompt
+
+
+def expert_response(action: str, obs: Observation) -> str:
+    """A short ``<think>...</think><action>...</action>`` answer for ``action`` taken from
+    ``obs`` (supervised warm-start targets; the reasoning is a fixed sentence per kind of
+    action)."""
+    a = action.strip()
+    low = a.lower()
+    if low.startswith("search["):
+        why = "I am on the search page, so I search for the product described in the instruction."
+    elif low == "click[buy now]":
+        why = "This product and the selected options match the instruction, so I buy it."
+    elif low == "click[next >]":
+        why = "The product I want is not on this page of results, so I go to the next page."
+    elif low == "click[< prev]":
+        why = "I should go back to the previous page."
+    elif low == "click[back to search]":
+        why = "I should start a new search."
+    elif low in ("click[description]", "click[features]", "click[reviews]"):
+        why = "I want to read more about this product before deciding."
+    elif low.startswith("click[") and obs.info.get("page") == "results":
+        why = "This result matches the instruction best, so I open it."
+    elif low.startswith("click["):
+        why = f"The instruction asks for {a[6:-1]}, so I select this option."
+    else:
+        why = "I take the next step towards the shopping goal."
+    return f"<think>{why}</think><action>{a}</action>"

@@ -1,0 +1,133 @@
+"""WebShop on the embedded default (synthetic catalogue, ``env.data_dir`` None) end to end:
+generation, splits, the expert through the worker-process harness, the verl-agent prompt,
+expert responses and the response parser."""
+
+from __future__ import annotations
+
+import pytest
+
+import benchmarks.webshop as ws
+from benchmarks.base import Observation
+from benchmarks.parsing import parse_response
+from benchmarks.webshop.expert import play_expert
+from benchmarks.webshop.prompt import MAX_PROMPT_CHARS, format_observation
+from benchmarks.webshop.synthetic import generate_catalogue
+from g2po.config import EnvConfig
+
+
+@pytest.fixture(scope="module")
+def cfg(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cache")
+    return EnvConfig(name="webshop", generated_dir=str(root / "alfworld_generated"))
+
+
+def test_generated_catalogue_files_splits_and_determinism(cfg, tmp_path):
+    sizes = {s: len(ws.load_tasks(cfg, s)) for s in ("test", "eval", "train", "valid_seen")}
+    assert sizes == {"test": 24, "eval": 24, "train": 48, "valid_seen": 24}
+    src = ws.source_for(cfg)
+    assert src.generated and "webshop_generated" in src.products
+    train_ids = {t.task_id for t in ws.load_tasks(cfg, "train")}
+    assert not train_ids & {t.task_id for t in ws.load_tasks(cfg, "test")}
+    # same settings, another folder: byte-identical files
+    other = EnvConfig(name="webshop", generated_dir=str(tmp_path / "x" / "alfworld_generated"))
+    a, b = ws.source_for(cfg), ws.source_for(other)
+    for f in ("products", "attributes"):
+        assert open(getattr(a, f), "rb").read() == open(getattr(b, f), "rb").read()
+    assert generate_catalogue(1)[0][0].asin != generate_catalogue(0)[0][0].asin
+    bigger = EnvConfig(name="webshop", generated_dir=cfg.generated_dir, generated_train_games=200)
+    assert len(ws.load_tasks(bigger, "train")) == 200
+
+
+def test_expert_wins_every_synthetic_goal(cfg):
+    tasks = ws.load_tasks(cfg, "all")
+    env = ws.make_env(cfg)
+    results = [play_expert(env, t) for t in tasks]
+    assert all(r.won for r in results), [r.failure for r in results if not r.won][:3]
+    assert max(len(r.actions) for r in results) <= cfg.max_steps
+
+
+def test_synthetic_default_through_the_worker_harness(cfg):
+    from benchmarks.demos import collect_demonstrations
+    from benchmarks.workers import EnvPool
+
+    tasks = ws.load_tasks(cfg, "train")[:6]
+    with EnvPool("webshop", cfg, num_workers=2) as pool:
+        demos, win_rate = collect_demonstrations(pool, ws, tasks, max_steps=cfg.max_steps, history_length=2)
+        assert win_rate == 1.0
+        assert len(demos) == sum(len(ws.expert_actions(t)) for t in tasks)
+        for d in demos:
+            assert "Your task is to: " in d.prompt and d.prompt.endswith("within <action> </action> tags.\n")
+            parsed = parse_response(d.response)
+            assert parsed.valid
+        first = [d for d in demos if d.task_id == tasks[0].task_id]
+        assert [parse_response(d.response).action for d in first] == [a.lower() for a in ws.expert_actions(tasks[0])]
+        assert "Prior to this step, you have already taken 1 step(s)" in first[1].prompt
+        # a second round in the same workers: resets reuse the loaded catalogue
+        obs = pool.reset([(0, tasks[1])])
+        assert obs[0].text.startswith("WebShop [SEP] Instruction: [SEP] ")
+
+
+# --------------------------------------------------------------------------- prompt
+def _obs(text, instruction="buy a hat", actions=("search[<your query>]", "click[search]"), page="start"):
+    return Observation(text=text, instruction=instruction, admissible_actions=list(actions),
+                       state_key="", info={"page": page})
+
+
+def test_format_observation():
+    text = "Instruction: [SEP] buy a hat [SEP] Back to Search [SEP] Page 1 (Total results: 2)"
+    assert format_observation(text, "buy a hat") == "'Back to Search' [SEP] 'Page 1 (Total results: 2)'"
+    assert format_observation("WebShop\nInstruction: \nbuy a hat\n", "buy a hat") == "WebShop\nInstruction: \nbuy a hat\n"
+    assert format_observation(format_observation(text, "buy a hat"), "buy a hat") == format_observation(text, "buy a hat")
+
+
+def test_build_prompt_first_step_exact():
+    obs = _obs("WebShop [SEP] Instruction: [SEP] buy a hat [SEP] Search")
+    expected = (
+        "\nYou are an expert autonomous agent operating in the WebShop e\u2011commerce environment. \n"
+        "Your task is to: buy a hat.\n"
+        "Your current observation is: 'Search'.\n"
+        "Your admissible actions of the current situation are: \n[\n'search[<your query>]',\n'click[search]',\n].\n\n"
+        "Now it's your turn to take one action for the current step.\n"
+        "You should first reason step-by-step about the current situation, then think carefully which admissible "
+        "action best advances the shopping goal. This reasoning process MUST be enclosed within <think> </think> tags. \n"
+        "Once you've finished your reasoning, you should choose an admissible action for current step and present it "
+        "within <action> </action> tags.\n")
+    assert ws.build_prompt(obs, [], 0) == expected
+    assert ws.build_prompt(obs, [("x", "y")], 3, history_length=0) == expected
+
+
+def test_build_prompt_with_history():
+    start = "WebShop [SEP] Instruction: [SEP] buy a hat [SEP] Search"
+    results = "Instruction: [SEP] buy a hat [SEP] Back to Search [SEP] Page 1 (Total results: 0) [SEP] Next >"
+    history = [(start, "search[hat]"), (results, "click[next >]"), (results, "click[< prev]")]
+    obs = _obs(results, actions=["click[back to search]", "click[next >]"], page="results")
+    p = ws.build_prompt(obs, history, 3, history_length=2)
+    assert ("Prior to this step, you have already taken 3 step(s). Below are the most recent 2 observations and the "
+            "corresponding actions you took: [Observation 2: ''Back to Search' [SEP] 'Page 1 (Total results: 0)' [SEP] "
+            "'Next >'', Action 2: 'click[next >]']\n[Observation 3: ''Back to Search' [SEP] 'Page 1 (Total results: 0)' "
+            "[SEP] 'Next >'', Action 3: 'click[< prev]']\nYou are now at step 4 and your current observation is: "
+            "'Back to Search' [SEP] 'Page 1 (Total results: 0)' [SEP] 'Next >'.\n") in p
+    assert "'click[back to search]',\n'click[next >]',\n]." in p
+    long_obs = _obs("Instruction: [SEP] buy a hat [SEP] " + "x" * MAX_PROMPT_CHARS)
+    assert "Prior to this step" not in ws.build_prompt(long_obs, history, 3)
+
+
+def test_expert_response_parses_back_to_the_action():
+    for action, page in [("search[a red hat, size: l]", "start"), ("click[b0abc12345]", "results"),
+                         ("click[navy blue]", "item"), ("click[buy now]", "item"), ("click[next >]", "results"),
+                         ("click[< prev]", "item"), ("click[description]", "item")]:
+        text = ws.expert_response(action, _obs("", page=page))
+        assert text.startswith("<think>") and text.endswith(f"<action>{action}</action>")
+        parsed = parse_response(text)
+        assert parsed.valid and parsed.action == action.lower()
+
+
+def test_text_rich_mode_and_raw_state_key_on_the_default(cfg):
+    task = ws.load_tasks(cfg, "test")[0]
+    rich = ws.make_env(EnvConfig(name="webshop", generated_dir=cfg.generated_dir, webshop_observation_mode="text_rich"))
+    obs = rich.reset(task)
+    assert obs.text.startswith("WebShop\nInstruction: \n") and obs.text.endswith("[button] Search [button_]\n")
+    raw = ws.make_env(EnvConfig(name="webshop", generated_dir=cfg.generated_dir, state_key="raw"))
+    obs = raw.reset(task)
+    assert obs.state_key == obs.text
+    assert ws.TASK_TYPES == ("webshop",)
