@@ -24,6 +24,14 @@ __all__ = ["build_tiny_model", "load_model_and_tokenizer", "SPECIAL_TOKENS", "re
 SPECIAL_TOKENS = {"pad_token": "<|pad|>", "bos_token": "<|bos|>", "eos_token": "<|eos|>"}
 
 
+def _quiet_transformers() -> None:
+    """Silence transformers' per-shard progress bars and info logs (they flood run logs)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
 def resolve_device(device: str) -> torch.device:
     """``"auto"`` -> cuda when available else cpu; ``"cuda"`` without a GPU raises RuntimeError."""
     if device == "auto":
@@ -61,6 +69,8 @@ def build_tiny_model(
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    _quiet_transformers()
 
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -117,6 +127,7 @@ def load_model_and_tokenizer(path: str | os.PathLike, *, dtype: str = "float32",
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
+    _quiet_transformers()
     path = Path(path)
     if not (path / "config.json").exists():
         raise FileNotFoundError(

@@ -32,7 +32,11 @@ import numpy as np
 import torch
 
 from algorithms import losses
-from algorithms.backends.local.model import build_tiny_model, load_model_and_tokenizer, resolve_device
+from algorithms.backends.local.model import (
+    build_tiny_model,
+    load_model_and_tokenizer,
+    resolve_device,
+)
 from algorithms.backends.local.policy import LocalPolicy, pack_sequences, response_logprobs
 from algorithms.backends.local.sft import supervised_finetune
 from algorithms.backends.local.value import ValueModel
@@ -49,9 +53,8 @@ __all__ = ["LocalTrainer", "train"]
 
 
 def seed_everything(seed: int) -> None:
-    """Seed Python, numpy and torch."""
+    """Seed Python and torch (numpy randomness uses explicit ``default_rng`` generators)."""
     random.seed(seed)
-    np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
 
 
@@ -355,7 +358,7 @@ class LocalTrainer:
         self.model.save_pretrained(staging / "policy")
         self.tokenizer.save_pretrained(staging / "policy")
         state = {"optimizer": self.optimizer.state_dict(),
-                 "torch_rng": torch.get_rng_state(), "numpy_rng": np.random.get_state(),
+                 "torch_rng": torch.get_rng_state(),
                  "python_rng": random.getstate()}
         if self.critic is not None:
             state["critic"] = self.critic.state_dict()
@@ -371,7 +374,6 @@ class LocalTrainer:
         state = torch.load(ckpt / "optim.pt", weights_only=False)
         self.optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["torch_rng"])
-        np.random.set_state(state["numpy_rng"])
         random.setstate(state["python_rng"])
         if self.critic is not None and "critic" in state:
             self.critic.load_state_dict(state["critic"])
@@ -409,7 +411,13 @@ class _Progress:
 
     def __enter__(self):
         if self.enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
 
             self.bar = Progress(TextColumn("[bold]RL"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                                 TextColumn("{task.description}"))

@@ -1,0 +1,230 @@
+"""The run config as OpenRLHF 0.11.2 command-line arguments, checked by OpenRLHF's own parser.
+
+:func:`build_argv` maps the suite's config onto ``openrlhf.cli.train_ppo_ray`` flags so that
+OpenRLHF's actor, reference and critic workers optimise exactly the local backend's objective
+(ALGORITHMS.md "Training loop facts"; :mod:`algorithms.backends.local.trainer`):
+
+===============================  =================================================================
+suite config                     OpenRLHF flags
+===============================  =================================================================
+train.lr, weight_decay           ``--actor.adam.lr``, ``--actor.adam.weight_decay``, betas
+                                 (0.9, 0.999) as torch's AdamW, ``--actor.lr_scheduler constant``,
+                                 no warm-up
+train.clip_ratio                 ``--actor.eps_clip`` (symmetric), ``--actor.policy_loss_type ppo``
+train.kl_coef, kl_estimator      ``--algo.kl.use_loss --algo.kl.init_coef --algo.kl.estimator``
+                                 (KL to the reference as a loss term, k3 = low-variance)
+train.entropy_coef               ``--actor.entropy_coef``
+(token-mean)                     ``--actor.loss_agg_mode token-mean``
+train.max_grad_norm              ``--actor.max_norm`` (and the critic's)
+train.mini_batch_size            ``--train.batch_size`` (samples per optimizer step, rounded up to
+                                 a multiple of micro batch x data-parallel ranks)
+train.micro_batch_size           ``--train.micro_batch_size``, ``--rollout.micro_batch_size``
+train.ppo_epochs                 ``--train.max_epochs``
+train.temperature, top_p         ``--rollout.temperature`` (the actor divides logits by it, as the
+                                 local backend does), ``--rollout.top_p``
+train.max_prompt/response_tokens ``--data.max_len`` (their sum; vLLM's max_model_len),
+                                 ``--rollout.max_new_tokens``
+train.value_lr, value_clip       ``--critic.adam.lr``, ``--critic.value_clip`` (``ppo`` only)
+train.group_size, groups         ``--rollout.n_samples_per_prompt``, ``--rollout.batch_size``
+seed                             ``--train.seed``
+===============================  =================================================================
+
+``--algo.advantage.estimator`` is ``gae`` for the critic estimator (so OpenRLHF builds a
+critic) and ``reinforce`` otherwise; either way OpenRLHF's estimators are never called (the
+backend's experience maker overrides ``compute_advantages_and_returns``).
+
+:func:`parse_openrlhf_args` runs OpenRLHF's own parser *and* the validation and defaulting
+code that follows it in ``openrlhf/cli/train_ppo_ray.py`` (the ``__main__`` block), stopping
+just before ``train(args)``; the result is the hierarchical namespace OpenRLHF's workers read.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import io
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from algorithms.backends.openrlhf.advantages import needs_critic
+from algorithms.backends.openrlhf.settings import OpenRLHFSettings
+
+__all__ = ["build_argv", "parse_openrlhf_args", "OpenRLHFArgsError", "train_batch_size"]
+
+OPENRLHF_VERSION = "0.11.2"
+
+
+class OpenRLHFArgsError(ValueError):
+    """OpenRLHF's parser or its validation rejected the arguments."""
+
+
+def train_batch_size(cfg, settings: OpenRLHFSettings) -> int:
+    """Samples per optimizer step: ``train.mini_batch_size`` rounded up to a multiple of
+    ``micro_batch_size x`` the actor's data-parallel ranks (DeepSpeed needs whole micro-batches)."""
+    unit = cfg.train.micro_batch_size * max(1, settings.actor_gpus)
+    return max(unit, math.ceil(cfg.train.mini_batch_size / unit) * unit)
+
+
+def _flag(argv: list[str], name: str, value: Any = True) -> None:
+    if value is True:
+        argv.append(f"--{name}")
+    elif value is False or value is None:
+        return
+    elif isinstance(value, (list, tuple)):
+        argv.append(f"--{name}")
+        argv.extend(str(v) for v in value)
+    else:
+        argv.extend([f"--{name}", str(value)])
+
+
+def build_argv(cfg, settings: OpenRLHFSettings, *, model_path: str, ckpt_path: str,
+               max_steps: int | None = None, resume: bool = False) -> list[str]:
+    """OpenRLHF ``train_ppo_ray`` arguments for ``cfg`` on the resolved ``settings``.
+
+    Args:
+        cfg: the RunConfig.
+        settings: resolved :class:`OpenRLHFSettings` (:meth:`OpenRLHFSettings.resolved`).
+        model_path: local folder of the starting policy (also the reference and the critic's
+            initialisation).
+        ckpt_path: folder of OpenRLHF's DeepSpeed checkpoints (``_actor``, ``_critic``).
+        max_steps: optimizer steps of the run (scheduler length; the schedule is constant).
+        resume: load the DeepSpeed checkpoint in ``ckpt_path``.
+    """
+    t = cfg.train
+    critic = needs_critic(cfg)
+    nodes, gpn = settings.group_shape()
+    tbs = train_batch_size(cfg, settings)
+    if max_steps is None:
+        est_rows = t.groups_per_batch * t.group_size * cfg.env.max_steps
+        max_steps = max(1, t.iterations * t.ppo_epochs * math.ceil(est_rows / tbs))
+    argv: list[str] = []
+    f = lambda name, value=True: _flag(argv, name, value)  # noqa: E731
+    # models and layout
+    f("actor.model_name_or_path", model_path)
+    f("actor.num_nodes", nodes)
+    f("actor.num_gpus_per_node", gpn)
+    f("ref.num_nodes", nodes)
+    f("ref.num_gpus_per_node", gpn)
+    if critic:
+        f("critic.model_name_or_path", model_path)
+        f("critic.num_nodes", nodes)
+        f("critic.num_gpus_per_node", gpn)
+    f("train.colocate_all", settings.colocate == "all")
+    f("train.colocate_actor_ref", settings.colocate == "actor_ref")
+    f("vllm.num_engines", settings.vllm_num_engines)
+    f("vllm.tensor_parallel_size", settings.vllm_tensor_parallel_size)
+    f("vllm.gpu_memory_utilization", settings.vllm_gpu_memory_utilization)
+    f("vllm.enable_sleep", bool(settings.vllm_enable_sleep))
+    f("vllm.enable_prefix_caching", settings.vllm_enable_prefix_caching)
+    f("vllm.enforce_eager", settings.vllm_enforce_eager)
+    # DeepSpeed
+    f("ds.zero_stage", settings.zero_stage)
+    f("ds.param_dtype", "bf16")
+    f("ds.attn_implementation", settings.attn_implementation)
+    f("ds.enable_sleep", bool(settings.ds_enable_sleep))
+    f("ds.adam_offload", settings.adam_offload)
+    f("ref.offload", settings.ref_offload)
+    f("actor.gradient_checkpointing_enable", settings.gradient_checkpointing)
+    # rollout shape (generation itself is driven by the suite's rollout engine)
+    f("rollout.batch_size", t.groups_per_batch)
+    f("rollout.n_samples_per_prompt", t.group_size)
+    f("rollout.micro_batch_size", t.micro_batch_size)
+    f("rollout.temperature", t.temperature)
+    f("rollout.top_p", t.top_p)
+    f("rollout.max_new_tokens", t.max_response_tokens)
+    f("data.max_len", t.max_prompt_tokens + t.max_response_tokens)
+    # optimisation: the local backend's objective
+    f("train.batch_size", tbs)
+    f("train.micro_batch_size", t.micro_batch_size)
+    f("train.max_epochs", t.ppo_epochs)
+    f("train.seed", cfg.seed)
+    f("actor.adam.lr", t.lr)
+    f("actor.adam.betas", (0.9, 0.999))
+    f("actor.adam.weight_decay", t.weight_decay)
+    f("actor.lr_scheduler", "constant")
+    f("actor.lr_warmup_ratio", 0.0)
+    f("actor.max_norm", t.max_grad_norm)
+    f("actor.eps_clip", t.clip_ratio)
+    f("actor.policy_loss_type", "ppo")
+    f("actor.loss_agg_mode", "token-mean")
+    f("actor.entropy_coef", t.entropy_coef)
+    f("algo.kl.use_loss")
+    f("algo.kl.init_coef", t.kl_coef)
+    f("algo.kl.estimator", t.kl_estimator)
+    f("algo.advantage.estimator", "gae" if critic else "reinforce")
+    f("algo.advantage.gamma", 1.0)
+    if critic:
+        f("critic.adam.lr", t.value_lr)
+        f("critic.adam.betas", (0.9, 0.999))
+        f("critic.lr_scheduler", "constant")
+        f("critic.lr_warmup_ratio", 0.0)
+        f("critic.max_norm", t.max_grad_norm)
+        f("critic.value_clip", t.value_clip)
+    # checkpoints (the backend saves them itself, every train.checkpoint_every iterations)
+    f("ckpt.path", ckpt_path)
+    f("ckpt.output_dir", str(Path(ckpt_path) / "final"))
+    f("ckpt.save_steps", -1)
+    f("ckpt.save_hf")
+    f("ckpt.max_num", 1)
+    f("ckpt.load_enable", resume)
+    f("eval.steps", -1)
+    f("logger.logging_steps", 1)
+    return argv
+
+
+def _main_block(source: str, filename: str) -> Any:
+    tree = ast.parse(source, filename)
+    for node in tree.body:
+        if (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+                and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__"):
+            return compile(ast.Module(body=node.body, type_ignores=[]), filename, "exec")
+    raise OpenRLHFArgsError(
+        f"{filename} has no __main__ block: not the OpenRLHF {OPENRLHF_VERSION} layout this backend pins"
+    )
+
+
+def parse_openrlhf_args(argv: list[str], messages: list[str] | None = None):
+    """Parse and validate ``argv`` with OpenRLHF's own ``train_ppo_ray`` parser.
+
+    Runs the ``if __name__ == "__main__":`` block of ``openrlhf/cli/train_ppo_ray.py``
+    (argument definitions, ``hierarchize``, validation and defaulting) in a copy of that
+    module's namespace whose ``train`` only captures its argument.
+
+    Args:
+        argv: the flags (:func:`build_argv`).
+        messages: if given, receives the lines OpenRLHF printed (its warnings).
+
+    Returns:
+        the hierarchical ``SimpleNamespace`` OpenRLHF's ``train(args)`` would receive.
+
+    Raises:
+        OpenRLHFArgsError: an unknown flag or bad value (argparse's message), or a failed
+            OpenRLHF assertion.
+    """
+    import openrlhf.cli.train_ppo_ray as cli
+
+    path = Path(cli.__file__)
+    code = _main_block(path.read_text(encoding="utf-8"), str(path))
+    captured: dict[str, Any] = {}
+    namespace = dict(vars(cli))
+    namespace["train"] = lambda args: captured.setdefault("args", args)
+    old_argv = sys.argv
+    err, out = io.StringIO(), io.StringIO()
+    sys.argv = ["openrlhf.cli.train_ppo_ray", *map(str, argv)]
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            exec(code, namespace)  # noqa: S102 - OpenRLHF's own parser and validation
+    except SystemExit:
+        lines = [ln for ln in err.getvalue().splitlines() if "error:" in ln] or err.getvalue().splitlines()[-1:]
+        raise OpenRLHFArgsError(f"OpenRLHF's argument parser rejected the arguments: {' '.join(lines)}") from None
+    except AssertionError as exc:
+        raise OpenRLHFArgsError(f"OpenRLHF rejected the arguments: {exc}") from None
+    finally:
+        sys.argv = old_argv
+    if "args" not in captured:
+        raise OpenRLHFArgsError("OpenRLHF's __main__ block did not reach train(args)")
+    if messages is not None:
+        messages.extend(line for line in out.getvalue().splitlines() if line.strip())
+    return captured["args"]

@@ -1,0 +1,491 @@
+"""The OpenRLHF trainer backend (``backend=openrlhf``): the suite's loop on Ray, DeepSpeed and vLLM.
+
+One iteration, with the same semantics as the local backend
+(:mod:`algorithms.backends.local.trainer`; ALGORITHMS.md "Training loop facts"):
+
+1. **Generation**: ``groups_per_batch`` tasks x ``group_size`` rollouts by the suite's rollout
+   engine (:func:`benchmarks.rollout.collect_rollouts`; environments in worker processes,
+   step prompts with history) through :class:`.policy.EnginePolicy` on OpenRLHF's vLLM engines.
+2. **Reference and old log-probs** (and critic values): OpenRLHF's
+   ``RemoteExperienceMaker.make_experience`` on the actor, reference and critic Ray actor
+   groups, one OpenRLHF sample per agent step (:mod:`.experience`).
+3. **Advantages**: the registry estimator on the StepBatch, written on every response token
+   (:class:`.experience_maker.StepExperienceMaker`).
+4. **Update**: OpenRLHF's DeepSpeed ``fit`` of the actor (clipped PPO loss, KL k3 to the
+   reference as a loss term, entropy bonus, token-mean; :mod:`.args`) and of the critic; then
+   OpenRLHF's weight synchronisation of the actor into the vLLM engines.
+
+OpenRLHF classes used, all unchanged in the Ray workers: ``RayActorGroup`` with
+``PolicyModelActor``, ``ReferenceModelActor``, ``CriticModelActor`` (DeepSpeed ZeRO),
+``create_vllm_engines`` (``RolloutRayActor``), ``DeepspeedStrategy`` (``get_strategy``);
+in the driver, :class:`StepPPOTrainer` subclasses ``BasePPOTrainer`` (its ``ppo_train`` and
+``broadcast_to_vllm`` orchestration, sleep/wake handling and KL controller) and
+:class:`.experience_maker.StepExperienceMaker` subclasses ``RemoteExperienceMaker``.
+
+The run folder is the local backend's (``config.yaml``, ``metrics.jsonl`` with seconds per
+phase, ``eval.json``, ``status.json``, ``checkpoints/latest/{policy,trainer_state.json}``) plus
+``checkpoints/openrlhf/`` (DeepSpeed checkpoints of the actor and critic: what ``resume=true``
+loads), ``openrlhf.json`` (layout) and ``openrlhf_args.txt`` (the OpenRLHF arguments).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+import torch
+from openrlhf.trainer.ppo_trainer import BasePPOTrainer
+
+from algorithms.backends.openrlhf.advantages import needs_critic, step_advantages
+from algorithms.backends.openrlhf.args import build_argv, parse_openrlhf_args
+from algorithms.backends.openrlhf.cluster import (
+    RayCluster,
+    join_as_worker,
+    read_allocation,
+    worker_runtime_env,
+)
+from algorithms.backends.openrlhf.experience import StepSamples, build_samples, critic_view
+from algorithms.backends.openrlhf.experience_maker import StepExperienceMaker
+from algorithms.backends.openrlhf.policy import EnginePolicy, vllm_sampling_params
+from algorithms.backends.openrlhf.settings import OpenRLHFSettings, load_settings
+from benchmarks.evaluation import evaluate, select_panel
+from benchmarks.registry import get_benchmark
+from benchmarks.rollout import RolloutBatch, collect_rollouts, success_by_task_type
+from benchmarks.workers import EnvPool
+from g2po.config import RunConfig, config_to_yaml, resolve_run_id
+from results.rundir import RunDir, atomic_write_json, atomic_write_text
+
+__all__ = ["StepPPOTrainer", "OpenRLHFTrainer", "Stack", "build_stack", "load_tokenizer", "train"]
+
+
+def load_tokenizer(path: str | os.PathLike):
+    """The policy's tokenizer, loaded as the local backend loads it (left padding)."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    path = Path(path)
+    tok = (PreTrainedTokenizerFast.from_pretrained(path) if (path / "g2po_tiny.json").exists()
+           else AutoTokenizer.from_pretrained(path))
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+class StepPPOTrainer(BasePPOTrainer):
+    """OpenRLHF's ``BasePPOTrainer`` fed with step-level samples from the suite's rollouts.
+
+    Keeps OpenRLHF's ``ppo_train`` (actor and critic ``fit`` on their groups, with the sleep
+    modes) and ``broadcast_to_vllm``; replaces prompt-level ``train_step`` by
+    :meth:`train_on_rollouts` and the experience maker by :class:`StepExperienceMaker`.
+
+    Args:
+        strategy, actor_model_group, critic_model_group, reference_model_group, vllm_engines,
+            tokenizer: as ``BasePPOTrainer`` (no reward model: rewards come from environments).
+        cfg: the RunConfig (its estimator and options).
+        dp_ranks: data-parallel ranks of the actor group.
+    """
+
+    def __init__(self, strategy, actor_model_group, critic_model_group, reference_model_group, vllm_engines,
+                 tokenizer, *, cfg: RunConfig, dp_ranks: int = 1):
+        super().__init__(strategy, actor_model_group, critic_model_group, None, reference_model_group,
+                         vllm_engines, tokenizer)
+        self.cfg = cfg
+        self.experience_maker = StepExperienceMaker(
+            actor_model_group, critic_model_group, None, reference_model_group, self.kl_ctl, strategy, tokenizer,
+            dp_ranks=dp_ranks)
+
+    def train_step(self, rollout_samples, global_step):  # pragma: no cover - OpenRLHF's prompt-level entry
+        raise NotImplementedError("StepPPOTrainer trains on the suite's rollouts: use train_on_rollouts()")
+
+    def make_experiences(self, rollouts: RolloutBatch) -> tuple[list, StepSamples]:
+        """Experiences (old and reference log-probs, values, per-token advantages) of the rows."""
+        ss = build_samples(rollouts, eos_token_id=self.tokenizer.eos_token_id, pad_to=self.args.train.batch_size)
+        self.experience_maker.prepare(ss, lambda values: step_advantages(self.cfg, rollouts, values))
+        return self.experience_maker.make_experience_batch(ss.samples), ss
+
+    def train_on_rollouts(self, rollouts: RolloutBatch, global_step: int) -> tuple[dict[str, Any], int]:
+        """One update on ``rollouts``; returns (status with ``timing/*`` seconds, next global step)."""
+        experiences, ss = self.make_experiences(rollouts)
+        timing = dict(self.experience_maker.timing)
+        t0 = time.time()
+        refs = self.actor_model_group.async_run_method_batch(method_name="append", experience=experiences)
+        if self.critic_model_group is not None:
+            views = [critic_view(e, ss.prompt_lens, ss.rows) for e in experiences]
+            refs.extend(self.critic_model_group.async_run_method_batch(method_name="append", experience=views))
+        ray.get(refs)
+        status = self.ppo_train(global_step)
+        timing["update_s"] = time.time() - t0
+        t0 = time.time()
+        if self.vllm_engines is not None:
+            self.broadcast_to_vllm()
+        timing["sync_s"] = time.time() - t0
+        status = {k: float(v) for k, v in status.items() if isinstance(v, (int, float))}
+        status.update({f"timing/{k}": v for k, v in timing.items()})
+        status["samples"] = float(len(ss.samples))
+        status["samples_padding"] = float(len(ss.samples) - ss.num_real)
+        return status, global_step + 1
+
+
+@dataclass
+class Stack:
+    """The Ray workers of one run."""
+
+    engines: list
+    actor: Any
+    reference: Any
+    critic: Any
+    sampling_params: Any
+    dp_ranks: int
+
+
+def build_stack(args, strategy, settings: OpenRLHFSettings, model_path: str, max_steps: int) -> Stack:
+    """Create and initialise the vLLM engines and the actor, reference and critic groups
+    (OpenRLHF's own composition, as in ``openrlhf.cli.train_ppo_ray.train``), or their CPU
+    stand-ins when ``settings.device == "cpu"``."""
+    from openrlhf.trainer.ray.launcher import RayActorGroup
+
+    nodes, gpn = args.actor.num_nodes, args.actor.num_gpus_per_node
+    use_ref = args.algo.kl.init_coef > 0
+    if settings.device == "cpu":
+        from algorithms.backends.openrlhf import cpu
+
+        engines = [ray.remote(num_cpus=0)(cpu.HFRolloutEngine).remote(model_path)
+                   for _ in range(args.vllm.num_engines)]
+
+        def group(cls):
+            return RayActorGroup(1, 1, ray.remote(num_cpus=0)(cls), pg=None, num_gpus_per_actor=0)
+
+        actor = group(cpu.CPUModelActor)
+        ref = group(cpu.CPUReferenceActor) if use_ref else None
+        critic = group(cpu.CPUCriticActor) if args.critic.model_name_or_path else None
+        sampling = cpu.cpu_sampling_params
+        dp = 1
+    else:
+        from openrlhf.trainer.ray import create_vllm_engines
+        from openrlhf.trainer.ray.launcher import ReferenceModelActor
+        from openrlhf.trainer.ray.ppo_actor import PolicyModelActor
+        from openrlhf.trainer.ray.ppo_critic import CriticModelActor
+        from ray.util.placement_group import placement_group
+
+        pg = None
+        if args.train.colocate_all or args.train.colocate_actor_ref:
+            pg = placement_group([{"GPU": 1, "CPU": 1} for _ in range(nodes * gpn)], strategy="PACK")
+            ray.get(pg.ready())
+        engines = create_vllm_engines(
+            args.vllm.num_engines, args.vllm.tensor_parallel_size, model_path, args.train.seed,
+            args.train.full_determinism_enable, args.vllm.enable_prefix_caching, args.vllm.enforce_eager,
+            args.data.max_len, shared_pg=pg if args.train.colocate_all else None,
+            gpu_memory_utilization=args.vllm.gpu_memory_utilization, vllm_enable_sleep=args.vllm.enable_sleep)
+        share = 0.2 if pg else 1
+        actor = RayActorGroup(nodes, gpn, PolicyModelActor, pg=pg, num_gpus_per_actor=share)
+        ref = (RayActorGroup(args.ref.num_nodes, args.ref.num_gpus_per_node, ReferenceModelActor, pg=pg,
+                             num_gpus_per_actor=share) if use_ref else None)
+        critic = None
+        if args.critic.model_name_or_path:
+            cpg = pg if args.train.colocate_all else None
+            critic = RayActorGroup(args.critic.num_nodes, args.critic.num_gpus_per_node, CriticModelActor,
+                                   pg=cpg, num_gpus_per_actor=0.2 if cpg else 1)
+        sampling = vllm_sampling_params
+        dp = nodes * gpn
+    refs = actor.async_init_model_from_pretrained(strategy, model_path, max_steps, engines)
+    if ref is not None:
+        refs.extend(ref.async_init_model_from_pretrained(strategy, model_path))
+    ray.get(refs)
+    if critic is not None:  # the critic's scheduler is sized after the actor's (OpenRLHF's order)
+        ray.get(critic.async_init_model_from_pretrained(strategy, model_path, max_steps))
+    return Stack(engines=engines, actor=actor, reference=ref, critic=critic, sampling_params=sampling, dp_ranks=dp)
+
+
+class OpenRLHFTrainer:
+    """Runs one training run of ``cfg`` on OpenRLHF into ``<output_dir>/<run_id>``.
+
+    Args:
+        cfg: the RunConfig (``backend=openrlhf``).
+        console: rich console for progress lines (optional).
+        settings: the resource layout (default :func:`.settings.load_settings`).
+    """
+
+    def __init__(self, cfg: RunConfig, console=None, settings: OpenRLHFSettings | None = None):
+        self.cfg = cfg
+        self.console = console
+        self.settings = settings if settings is not None else load_settings(cfg)
+        self.run = RunDir(Path(cfg.output_dir) / resolve_run_id(cfg)).create()
+        self.ckpt_root = self.run.root / "checkpoints" / "openrlhf"
+        self.bench = get_benchmark(cfg.env.name)
+        self.eval_history: list[dict[str, Any]] = []
+        self.start_iteration = 1
+        self.global_step = 0
+        self.metrics_t0 = time.time()
+
+    def log(self, msg: str) -> None:
+        if self.console is not None:
+            self.console.print(msg)
+        else:
+            print(msg, flush=True)
+
+    # ------------------------------------------------------------------ main
+    def run_training(self) -> RunDir:
+        cfg = self.cfg
+        alloc = read_allocation()
+        if alloc.multi_node and not alloc.is_head:
+            # plain Slurm (srun on every node): this rank only lends its GPUs to the head's cluster
+            self.log(f"node rank {alloc.node_rank}: joining the Ray head at {alloc.address}")
+            join_as_worker(alloc, wait_s=self.settings.node_wait_s)
+            return self.run
+        settings = self.settings.resolved(needs_ref=cfg.train.kl_coef > 0, needs_critic=needs_critic(cfg))
+        self.layout = settings
+        total = cfg.train.iterations
+        atomic_write_text(self.run.config_path, config_to_yaml(cfg))
+        atomic_write_json(self.run.root / "openrlhf.json", {
+            "settings": settings.as_dict(), "allocation": dataclasses.asdict(alloc)})
+        self.run.write_status("running", 0, total)
+        train_tasks = self.bench.load_tasks(cfg.env, cfg.env.train_split)
+        eval_tasks = self.bench.load_tasks(cfg.env, cfg.env.eval_split)
+        if not train_tasks:
+            raise ValueError(f"no training tasks in split {cfg.env.train_split!r}")
+        panel = select_panel(eval_tasks, cfg.eval.num_tasks)
+        try:
+            # environment workers are forked before Ray starts threads in this process
+            with EnvPool(cfg.env.name, cfg.env, cfg.env.num_workers) as pool:
+                model_path = self._starting_model(pool, train_tasks)
+                self.tokenizer = load_tokenizer(model_path)
+                resuming = bool(cfg.resume and (self.ckpt_root / "_actor").exists())
+                cpu = settings.device == "cpu"
+                with RayCluster(alloc, address=settings.ray_address, node_wait_s=settings.node_wait_s,
+                                num_cpus=max(2, os.cpu_count() or 2) if cpu else None, num_gpus=0 if cpu else None,
+                                runtime_env=worker_runtime_env(_extra_worker_env()), log=self.log):
+                    self._setup(settings, str(model_path), resuming)
+                    if not self._resume():
+                        ev = self._evaluate(pool, panel, 0)
+                        self.log(f"evaluation before RL: success {ev['success_rate']:.1%} on "
+                                 f"{ev['num_episodes']} episodes")
+                    self._loop(pool, train_tasks, panel)
+        except BaseException as exc:
+            self.run.write_status("failed", self.start_iteration - 1, total, error=f"{type(exc).__name__}: {exc}")
+            raise
+        self.run.write_status("done", total, total)
+        return self.run
+
+    def _starting_model(self, pool: EnvPool, train_tasks) -> Path:
+        """The starting policy (also the KL reference): ``model.path`` when it needs no warm
+        start, else the local backend's setup (tiny model and/or SFT) saved to ``reference/``."""
+        cfg = self.cfg
+        ref_dir = self.run.root / "reference"
+        if cfg.resume and (ref_dir / "config.json").exists():
+            return ref_dir
+        if cfg.model.path is not None and cfg.train.sft_epochs == 0:
+            return Path(cfg.model.path)
+        from algorithms.backends.local.trainer import LocalTrainer
+
+        local = LocalTrainer(dataclasses.replace(cfg, resume=False), console=self.console)
+        t0 = time.time()
+        stats = local._setup_model(pool, train_tasks)
+        if stats:
+            atomic_write_json(self.run.root / "setup.json", {**stats, "setup_seconds": time.time() - t0})
+        del local
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return ref_dir
+
+    def _setup(self, settings: OpenRLHFSettings, model_path: str, resuming: bool) -> None:
+        from openrlhf.utils import get_strategy
+
+        cfg = self.cfg
+        argv = build_argv(cfg, settings, model_path=model_path, ckpt_path=str(self.ckpt_root), resume=resuming)
+        messages: list[str] = []
+        self.args = parse_openrlhf_args(argv, messages)
+        atomic_write_text(self.run.root / "openrlhf_args.txt", " ".join(argv) + "\n")
+        for m in messages:
+            self.log(f"OpenRLHF: {m}")
+        strategy = get_strategy(self.args)
+        t0 = time.time()
+        self.stack = build_stack(self.args, strategy, settings, model_path, _max_steps(self.args, cfg))
+        self.log(f"OpenRLHF workers ready in {time.time() - t0:.0f} s: {settings.vllm_num_engines} vLLM engine(s), "
+                 f"actor on {self.stack.dp_ranks} rank(s), device {settings.device}")
+        self.trainer = StepPPOTrainer(strategy, self.stack.actor, self.stack.critic, self.stack.reference,
+                                      self.stack.engines, self.tokenizer, cfg=cfg, dp_ranks=self.stack.dp_ranks)
+        self.policy = EnginePolicy(self.stack.engines, self.tokenizer, max_prompt_tokens=cfg.train.max_prompt_tokens,
+                                   sampling_params=self.stack.sampling_params)
+
+    @contextlib.contextmanager
+    def _awake(self):
+        """vLLM engines awake (weights and KV cache) while the rollout engine uses them."""
+        from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call
+
+        sleep = bool(self.args.vllm.enable_sleep)
+        if sleep:
+            batch_vllm_engine_call(self.stack.engines, "wake_up")
+        try:
+            yield
+        finally:
+            if sleep:
+                batch_vllm_engine_call(self.stack.engines, "sleep")
+
+    # ------------------------------------------------------------------ loop
+    def _loop(self, pool: EnvPool, train_tasks, panel) -> None:
+        cfg = self.cfg
+        total = cfg.train.iterations
+        for it in range(self.start_iteration, total + 1):
+            rec = self._iteration(pool, train_tasks, it)
+            if cfg.eval.every and it % cfg.eval.every == 0 or it == total:
+                ev = self._evaluate(pool, panel, it)
+                rec.update({"eval/success_rate": ev["success_rate"], "eval/score": ev["score"],
+                            **{f"eval/success/{k}": v for k, v in ev["per_task_type"].items()}})
+            rec["time_s"] = time.time() - self.metrics_t0
+            self.run.log_metrics(rec)
+            if it % cfg.train.checkpoint_every == 0 or it == total:
+                self._save_checkpoint(it)
+            self.run.write_status("running" if it < total else "done", it, total)
+            self.log(_summary(rec, total))
+            self.start_iteration = it + 1
+
+    def _iteration(self, pool: EnvPool, train_tasks, it: int) -> dict[str, Any]:
+        cfg = self.cfg
+        t0 = time.time()
+        rng = np.random.default_rng([cfg.seed, it])
+        k = min(cfg.train.groups_per_batch, len(train_tasks))
+        chosen = [train_tasks[i] for i in sorted(rng.choice(len(train_tasks), size=k, replace=False))]
+        with self._awake():
+            rb = collect_rollouts(
+                self.policy, pool, self.bench, chosen, group_size=cfg.train.group_size,
+                max_steps=cfg.env.max_steps, temperature=cfg.train.temperature, top_p=cfg.train.top_p,
+                max_new_tokens=cfg.train.max_response_tokens, seed=cfg.seed * 100003 + it,
+                history_length=cfg.env.history_length, success_reward=cfg.algorithm.success_reward,
+            )
+        t_roll = time.time()
+        status, self.global_step = self.trainer.train_on_rollouts(rb, self.global_step)
+        result = self.trainer.experience_maker.result
+        trajs = rb.trajectories
+        rec: dict[str, Any] = {
+            "iteration": it,
+            "iter_s": time.time() - t0,
+            "rollout_s": t_roll - t0,
+            "logprob_s": status.pop("timing/logprob_s", 0.0),
+            "adv_s": status.pop("timing/adv_s", 0.0),
+            "update_s": status.pop("timing/update_s", 0.0),
+            "sync_s": status.pop("timing/sync_s", 0.0),
+            "train/success_rate": rb.success_rate,
+            "train/episode_len": float(np.mean([t["num_steps"] for t in trajs])),
+            "train/invalid_frac": float((~rb.steps.action_valid).mean()) if len(rb.steps) else 0.0,
+            "train/steps": len(rb.steps),
+            "train/crashed": int(sum(t["crashed"] for t in trajs)),
+            "train/response_tokens": float(np.mean([len(r) for r in rb.response_ids])) if rb.response_ids else 0.0,
+            "train/truncated_prompts": self.policy.truncated_prompts,
+            "train/padding_samples": status.pop("samples_padding", 0.0),
+            **{f"train/success/{k}": v for k, v in success_by_task_type(trajs).items()},
+            **{f"adv/{k}": v for k, v in (result.diagnostics if result is not None else {}).items()},
+            **{f"loss/{k}": v for k, v in status.items() if k != "samples"},
+        }
+        if "loss/actor_grad_norm" in rec:
+            rec["loss/grad_norm"] = rec["loss/actor_grad_norm"]
+        return rec
+
+    # ------------------------------------------------------------------ evaluation
+    def _evaluate(self, pool: EnvPool, panel, iteration: int) -> dict[str, Any]:
+        cfg = self.cfg
+        with self._awake():
+            ev = evaluate(
+                self.policy, pool, self.bench, panel, iteration=iteration, max_steps=cfg.env.max_steps,
+                temperature=cfg.eval.temperature, max_new_tokens=cfg.train.max_response_tokens,
+                seed=cfg.seed + 7919, episodes_per_task=cfg.eval.episodes_per_task,
+                history_length=cfg.env.history_length,
+            )
+        self.eval_history = [e for e in self.eval_history if e["iteration"] < iteration] + [ev]
+        self._write_eval()
+        return ev
+
+    def _write_eval(self) -> None:
+        hist = self.eval_history
+        best = max(hist, key=lambda e: (e["success_rate"], e["score"], -e["iteration"]))
+        atomic_write_json(self.run.eval_path, {
+            "env": self.cfg.env.name,
+            "panel": {"split": self.cfg.env.eval_split, "num_tasks": self.cfg.eval.num_tasks,
+                      "episodes_per_task": self.cfg.eval.episodes_per_task,
+                      "temperature": self.cfg.eval.temperature},
+            "history": hist,
+            "before": next((e for e in hist if e["iteration"] == 0), None),
+            "final": hist[-1],
+            "best": best,
+        })
+
+    # ------------------------------------------------------------------ checkpoints
+    def _save_checkpoint(self, it: int) -> None:
+        """DeepSpeed checkpoints of the actor (and critic) with the trainer state as client
+        state (what ``resume`` loads), then ``checkpoints/latest/{policy, trainer_state.json}``
+        (the HF export, for ``g2po eval`` and the sweeps launcher) replaced atomically."""
+        tag = f"iter{it}"
+        state = {"g2po_iteration": it, "global_step": self.global_step, "eval_history": self.eval_history,
+                 "elapsed_s": time.time() - self.metrics_t0}
+        refs = self.stack.actor.async_run_method("save_checkpoint", tag=tag, client_states=state)
+        if self.stack.critic is not None:
+            refs.extend(self.stack.critic.async_run_method("save_checkpoint", tag=tag))
+        ray.get(refs)
+        staging = self.run.checkpoint_dir.with_name(f".latest.{os.getpid()}.tmp")
+        if staging.exists():
+            shutil.rmtree(staging)
+        staging.mkdir(parents=True)
+        hf = self.ckpt_root / f"{tag}_hf"
+        if hf.exists():
+            os.replace(hf, staging / "policy")
+            marker = self.run.root / "reference" / "g2po_tiny.json"
+            if marker.exists():
+                shutil.copy(marker, staging / "policy" / "g2po_tiny.json")
+        (staging / "trainer_state.json").write_text(json.dumps({
+            "iteration": it, "eval_history": self.eval_history, "elapsed_s": state["elapsed_s"],
+            "backend": "openrlhf", "deepspeed_checkpoint": str(self.ckpt_root), "tag": tag}))
+        self.run.replace_dir(staging, self.run.checkpoint_dir)
+        for old in self.ckpt_root.glob("iter*_hf"):
+            shutil.rmtree(old, ignore_errors=True)
+
+    def _resume(self) -> bool:
+        """Continue from the DeepSpeed checkpoint's client state; False when starting fresh."""
+        if not self.args.ckpt.load_enable:
+            return False
+        state = ray.get(self.stack.actor.async_run_method("get_checkpoint_states"))[0] or {}
+        if "g2po_iteration" not in state:
+            return False
+        it = int(state["g2po_iteration"])
+        self.start_iteration = it + 1
+        self.global_step = int(state.get("global_step", it))
+        self.eval_history = list(state.get("eval_history", []))
+        self.metrics_t0 = time.time() - float(state.get("elapsed_s", 0.0))
+        self.run.truncate_metrics(it)
+        if self.eval_history:
+            self._write_eval()
+        self.trainer.broadcast_to_vllm()  # the engines start from the base weights
+        self.log(f"resumed from the checkpoint of iteration {it}")
+        return True
+
+
+def _extra_worker_env() -> dict[str, str]:
+    # variables the workers need beyond worker_runtime_env's defaults (e.g. a CPU dry run's PYTHONPATH)
+    return {k: v for k, v in os.environ.items() if k.startswith(("G2PO_", "NCCL_", "VLLM_"))}
+
+
+def _max_steps(args, cfg: RunConfig) -> int:
+    rows = cfg.train.groups_per_batch * cfg.train.group_size * cfg.env.max_steps
+    return max(1, cfg.train.iterations * args.train.max_epochs * -(-rows // args.train.batch_size))
+
+
+def _summary(rec: dict[str, Any], total: int) -> str:
+    msg = (f"iteration {rec['iteration']}/{total}: success {rec['train/success_rate']:.0%}, "
+           f"{rec['iter_s']:.1f} s (generation {rec['rollout_s']:.1f}, log-probs {rec['logprob_s']:.1f}, "
+           f"advantages {rec['adv_s']:.2f}, update {rec['update_s']:.1f}, sync {rec['sync_s']:.1f})")
+    if "eval/success_rate" in rec:
+        msg += f"; eval {rec['eval/success_rate']:.0%}"
+    return msg
+
+
+def train(cfg: RunConfig, console=None) -> RunDir:
+    """Run the OpenRLHF backend on ``cfg``; returns the run folder."""
+    return OpenRLHFTrainer(cfg, console=console).run_training()

@@ -1,0 +1,268 @@
+"""G2PO: group-graph policy optimization (critic-free, step-level credit from a state graph).
+
+Source: ALGORITHMS.md "G2PO (group graph)" -- the reference-code semantics of the G2PO paper
+(arXiv 2606.22995) as implemented in its public code (Nala-YN/G2PO ``g2po/core_g2po.py``:
+``compute_group_aggregation_values``, ``compute_step_level_advantage``, ``episode_norm_reward``),
+and the paper's ablation axes as options.
+
+Reference semantics (the defaults), per task group g (nothing shared across task groups)::
+
+    nodes      n = {rows i of g with the same state_key}        (visits; repeated visits count)
+    v_i        = gamma^(T_tau(i) - t_i) * R_tau(i)               (per-visit discounted return;
+                                                                   the last step gets gamma^1)
+    V(n)       = mean_{i in n} v_i                               (group-aggregation value)
+    succ(i)    = node(i+1) of the same trajectory, or for the last row a terminal node with
+                 V = success_reward (10, not discounted) on success and V = 0 on failure
+                 (truncation at the step limit included)
+    x_i        = V(succ(i)) - p * [invalid_i]
+    A_NC(i)    = normalize x over the visits of node(i)          (node-centric; a node with a
+                                                                   single visit gives 0)
+    delta_i    = V(succ(i)) - V(node(i))                         (one-step TD error, no reward
+                                                                   term, no discount)
+    A_EC(i)    = normalize delta over all rows of the task group (edge-centric, "global")
+    A_EP(i)    = GRPO episode term (cross steps, penalty included; see algorithms/grpo.py)
+    A(i)       = A_EP(i) + w * (A_NC(i) + A_EC(i))               (w = step_weight = 1;
+                                                                   w = 0 is GRPO)
+
+"normalize" is ``mode``: (x - mean) / (std + eps) with the unbiased std and eps = 1e-6
+("mean_std_norm", ALFWorld) or x - mean ("mean_norm", WebShop). A reference set whose members
+are all equal gives exactly 0 (the reference computes in float32 and can leave rounding
+noise; we do not reproduce it). R_tau is the sum of the trajectory's rewards and the penalty
+p = ``invalid_penalty`` never enters V.
+
+Ablation options (each changes one equation above):
+
+- ``aggregation`` (True): V(n) as above. False ("no aggregation", the per-trajectory return):
+  every occurrence of V is replaced by the row's own discounted return, V(node(i)) -> v_i and
+  V(succ(i)) -> v_{i+1} (the next row of the same trajectory; terminal value for the last
+  row), so x_i = v_{i+1} - p [invalid_i] and delta_i = v_{i+1} - v_i. Nodes still define the
+  node-centric reference sets.
+- ``graph_scope`` ("group"): nodes are keyed by (task group, state_key). "batch": by
+  state_key over the whole batch, so V(n) averages visits from every task group and the
+  node-centric reference set spans groups. The episode term stays per task group.
+- ``edge_norm_scope`` ("group"): the reference set of A_EC is all rows of the task group.
+  "batch": all rows of the batch. "node": the visits of node(i) (singleton node -> 0).
+- ``components`` ("full"): the paper's Figure 3 ladder.
+  "ep":        A = A_EP (GRPO);
+  "ep+nc":     A = A_EP + w A_NC with no aggregation (``aggregation`` is ignored);
+  "ep+nc+agg": A = A_EP + w A_NC with the aggregated V (``aggregation=False`` is an error);
+  "full":      A = A_EP + w (A_NC + A_EC), aggregated unless ``aggregation=False``.
+- ``node_reference_set`` ("visits"): A_NC normalizes x_i with the mean/std of x over the
+  visits of node(i). "successors" (the paper's Delta_k set): the reference set of node n is
+  the set S(n) of its *distinct* successor nodes (the two terminal nodes, success and
+  failure, count as distinct nodes), each counted once with the value
+  u(n, s) = V(s) (with aggregation; the mean of v_{i+1} over the visits i of n whose
+  successor is s without aggregation). A_NC(i) = (x_i - mean_{s in S(n)} u(n, s)) /
+  (std_{s in S(n)} u(n, s) + eps) (resp. x_i - mean); the penalty enters x_i but not the
+  reference values; |S(n)| < 2 or all u(n, s) equal gives 0.
+- ``episode_stat`` ("steps"): the A_EP statistic, see algorithms/grpo.py ("trajectories"
+  takes one value per trajectory).
+- ``step_weight`` (w, 1.0): the paper sweeps w in {0, 0.2, ..., 1.2}.
+
+Interpretations of ALGORITHMS.md / the reference code made here:
+
+- The terminal node of a final row is chosen by the trajectory's ``success`` flag (the
+  reference tests ``episode_reward == 10``; identical in the reference setting).
+- T and t come from the ``step`` field (the reference counts rows in batch order).
+- A task group with a single row has a single-member edge reference set: A_EC = 0 (the
+  reference's ``torch.std`` of one value is NaN there).
+- Computation is float64; "all members equal" is decided with the tolerance of
+  algorithms/normalize.py (std <= 1e-12 (1 + |mean|)), so exact-arithmetic ties give exactly 0.
+
+Diagnostics: ``singleton_frac``, ``node_size_mean``, ``node_size_max``, ``nodes_per_group``,
+``edges_per_group`` (terminal edges included), ``node_return_var_mean`` (within-node variance
+of v), ``step_nonzero_frac`` (rows with a non-zero active step term A_NC + A_EC, before w),
+``nc_nonzero_frac``, ``ec_nonzero_frac``.
+
+Complexity: O(B log B) (factorizations by sorting), the rest is np.bincount; no Python loop
+over rows. The reference builds groups with per-row ``np.where`` (quadratic in B).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from algorithms._graph import graph_diagnostics, successor_ids
+from algorithms._prep import prepare
+from algorithms.batch import StepBatch
+from algorithms.grpo import EPISODE_STATS, episode_advantage
+from algorithms.normalize import (
+    EPS,
+    apply_normalization,
+    factorize,
+    factorize_pairs,
+    group_normalize,
+    segment_stats,
+)
+from algorithms.registry import AdvantageResult, in_range, register_estimator
+
+__all__ = ["g2po", "COMPONENTS", "GRAPH_SCOPES", "EDGE_NORM_SCOPES", "NODE_REFERENCE_SETS"]
+
+COMPONENTS = ("ep", "ep+nc", "ep+nc+agg", "full")
+GRAPH_SCOPES = ("group", "batch")
+EDGE_NORM_SCOPES = ("group", "batch", "node")
+NODE_REFERENCE_SETS = ("visits", "successors")
+
+
+def _check(options: dict[str, Any]) -> str | None:
+    if options["components"] == "ep+nc+agg" and options["aggregation"] is False:
+        return "components='ep+nc+agg' includes aggregation; it contradicts aggregation=False"
+    return None
+
+
+def effective_aggregation(components: str, aggregation: bool) -> bool:
+    """Whether node values are aggregated over visits, given the ladder step (see module doc)."""
+    if components == "ep+nc":
+        return False
+    if components == "ep+nc+agg":
+        return True
+    return bool(aggregation)
+
+
+@register_estimator(
+    "g2po",
+    options={
+        "aggregation": True,
+        "graph_scope": "group",
+        "edge_norm_scope": "group",
+        "components": "full",
+        "node_reference_set": "visits",
+        "episode_stat": "steps",
+        "eps": EPS,
+    },
+    choices={
+        "graph_scope": GRAPH_SCOPES,
+        "edge_norm_scope": EDGE_NORM_SCOPES,
+        "components": COMPONENTS,
+        "node_reference_set": NODE_REFERENCE_SETS,
+        "episode_stat": EPISODE_STATS,
+    },
+    validators={"eps": in_range(0.0, lo_open=True)},
+    check=_check,
+    description="G2PO: GRPO episode term + node-centric and edge-centric terms on the group state graph",
+)
+def g2po(
+    batch: StepBatch,
+    *,
+    mode: str,
+    gamma: float,
+    step_weight: float,
+    invalid_penalty: float,
+    success_reward: float,
+    aggregation: bool,
+    graph_scope: str,
+    edge_norm_scope: str,
+    components: str,
+    node_reference_set: str,
+    episode_stat: str,
+    eps: float,
+) -> AdvantageResult:
+    """G2PO advantages (equations and options: see the module docstring).
+
+    Args:
+        batch: the StepBatch, B rows.
+        mode: "mean_std_norm" | "mean_norm".
+        gamma: discount of the per-visit return v (0.95).
+        step_weight: w (1.0).
+        invalid_penalty: p (0.1).
+        success_reward: value of the terminal success node (10.0).
+        aggregation, graph_scope, edge_norm_scope, components, node_reference_set,
+        episode_stat, eps: the ablation switches (module docstring).
+
+    Returns:
+        AdvantageResult: advantages (B,) float64 in row order, returns None, graph diagnostics.
+
+    Raises:
+        ValueError: an option outside its choices (normally caught by the registry first).
+    """
+    prep = prepare(batch)
+    n = prep.n
+    a_ep = episode_advantage(
+        prep, mode=mode, invalid_penalty=invalid_penalty, episode_stat=episode_stat, eps=eps
+    )
+    agg = effective_aggregation(components, aggregation)
+
+    # nodes
+    kid, num_keys = factorize(prep.state_key)
+    if graph_scope == "group":
+        node, num_nodes = factorize_pairs(prep.group, prep.num_groups, kid, num_keys)
+    elif graph_scope == "batch":
+        node, num_nodes = kid, num_keys
+    else:
+        raise ValueError(f"unknown graph_scope {graph_scope!r}; choose one of {GRAPH_SCOPES}")
+
+    # per-visit discounted episode return and group-aggregation value
+    v = np.power(gamma, (prep.length - prep.step).astype(np.float64)) * prep.episode_return
+    visit_stats = segment_stats(v, node, num_nodes)
+    value = np.append(visit_stats.mean, [success_reward, 0.0])  # + terminal success / failure
+    succ = successor_ids(prep, node, num_nodes)
+    terminal = np.where(prep.success, success_reward, 0.0)
+    if agg:
+        cur_val = value[node]
+        succ_val = value[succ]
+    else:
+        cur_val = v
+        succ_val = np.empty(n)
+        succ_val[:-1] = v[1:]
+        succ_val[prep.is_last] = terminal[prep.is_last]
+
+    # node-centric term
+    x = succ_val - invalid_penalty * prep.invalid
+    if node_reference_set == "visits":
+        a_nc = group_normalize(x, node, num_nodes, mode, eps=eps, singleton="zero")
+    elif node_reference_set == "successors":
+        pair, num_pairs = factorize_pairs(node, num_nodes, succ, num_nodes + 2)
+        pair_node = np.zeros(num_pairs, dtype=np.int64)
+        pair_node[pair] = node
+        if agg:
+            pair_succ = np.zeros(num_pairs, dtype=np.int64)
+            pair_succ[pair] = succ
+            u = value[pair_succ]
+        else:
+            u = np.bincount(pair, weights=succ_val, minlength=num_pairs) / np.bincount(
+                pair, minlength=num_pairs
+            )
+        stats = segment_stats(u, pair_node, num_nodes)
+        a_nc = apply_normalization(x, node, stats, mode, eps=eps, singleton="zero")
+    else:
+        raise ValueError(
+            f"unknown node_reference_set {node_reference_set!r}; choose one of {NODE_REFERENCE_SETS}"
+        )
+
+    # edge-centric term
+    delta = succ_val - cur_val
+    if edge_norm_scope == "group":
+        a_ec = group_normalize(delta, prep.group, prep.num_groups, mode, eps=eps)
+    elif edge_norm_scope == "batch":
+        a_ec = group_normalize(delta, np.zeros(n, dtype=np.int64), 1, mode, eps=eps)
+    elif edge_norm_scope == "node":
+        a_ec = group_normalize(delta, node, num_nodes, mode, eps=eps)
+    else:
+        raise ValueError(
+            f"unknown edge_norm_scope {edge_norm_scope!r}; choose one of {EDGE_NORM_SCOPES}"
+        )
+
+    if components == "ep":
+        step_term = np.zeros(n)
+    elif components in ("ep+nc", "ep+nc+agg"):
+        step_term = a_nc
+    elif components == "full":
+        step_term = a_nc + a_ec
+    else:
+        raise ValueError(f"unknown components {components!r}; choose one of {COMPONENTS}")
+    adv = a_ep + step_weight * step_term
+
+    diag = graph_diagnostics(
+        prep,
+        node,
+        num_nodes,
+        succ,
+        visit_stats,
+        step_term,
+        nodes_within_groups=graph_scope == "group",
+    )
+    diag["nc_nonzero_frac"] = float(np.mean(a_nc != 0.0)) if n else 0.0
+    diag["ec_nonzero_frac"] = float(np.mean(a_ec != 0.0)) if n else 0.0
+    return AdvantageResult(advantages=prep.to_original(adv), diagnostics=diag)

@@ -1,0 +1,205 @@
+"""GiGPO: group-in-group policy optimization with anchor-state step groups (critic-free).
+
+Source: ALGORITHMS.md "GiGPO (anchor-state grouping)"; GiGPO paper (Feng et al., 2025,
+arXiv 2505.10978, Eqs. 3 and 5-8) and its reference code (langfengQ/verl-agent
+``gigpo/core_gigpo.py``: ``compute_step_discounted_returns``, ``build_step_group``,
+``step_norm_reward``, ``episode_norm_reward``).
+
+Equations::
+
+    G_t      = r_t + gamma * G_{t+1}   (G_T = 0; along the trajectory, from the per-step env
+                                        rewards: a success's final step gets 10 * gamma^0)
+    G_t     <- G_t - p * [invalid_t]   (penalty on invalid rows only, not propagated backwards)
+    step group of row i = rows of the same task group with the same anchor state key
+    A_S(i)   = normalize G within the step group of i   (a singleton step group gives 0)
+    A(i)     = A_EP(i) + omega * A_S(i)                  (omega = step_weight = 1)
+
+A_EP is the GRPO episode term (algorithms/grpo.py; cross-steps statistic by default,
+``episode_stat="trajectories"`` for the per-trajectory one). "normalize" is ``mode``
+("mean_std_norm": (x - mean) / (std + eps), unbiased std, eps = 1e-6; "mean_norm": x - mean).
+A step group whose returns are all equal gives exactly 0.
+
+Step grouping (``grouping``):
+
+- ``"exact"`` (default): identical ``state_key`` inside the task group.
+- ``"similarity"``: the reference's similarity-based grouping over the state *texts*
+  (option ``state_text``, a sequence of B strings in the batch's row order): inside each task
+  group rows are visited in canonical order (trajectory id, then step) and each text joins
+  the first existing cluster whose representative (its first text) has similarity
+  >= ``similarity_threshold``, else it opens a new cluster (greedy leader clustering, as
+  ``build_step_group(enable_similarity=True)``). Similarity is rapidfuzz's normalized
+  ``fuzz.ratio`` / 100 (InDel distance), not difflib's ``SequenceMatcher.ratio`` used by the
+  reference: the two agree on identical strings and are close otherwise. Identical texts are
+  always in the same cluster. This path loops in Python over the distinct texts of each group
+  (string similarity has no vectorized form); rapidfuzz is imported only here.
+
+Diagnostics: as G2PO's (``singleton_frac``, ``node_size_mean``, ``node_size_max``,
+``nodes_per_group``, ``edges_per_group``, ``node_return_var_mean`` over the step groups, with
+G_t as the per-visit return, ``step_nonzero_frac`` = rows with A_S != 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from algorithms._graph import graph_diagnostics, successor_ids
+from algorithms._prep import Prepared, prepare, reverse_linear_scan
+from algorithms.batch import StepBatch
+from algorithms.grpo import EPISODE_STATS, episode_advantage
+from algorithms.normalize import (
+    EPS,
+    apply_normalization,
+    factorize,
+    factorize_pairs,
+    segment_stats,
+)
+from algorithms.registry import AdvantageResult, in_range, register_estimator
+
+__all__ = ["gigpo", "step_returns", "similarity_step_groups", "GROUPINGS"]
+
+GROUPINGS = ("exact", "similarity")
+
+
+def step_returns(prep: Prepared, gamma: float, invalid_penalty: float) -> np.ndarray:
+    """GiGPO step returns G_t (penalty on invalid rows), canonical order, (B,) float64."""
+    g = reverse_linear_scan(prep.reward, np.full(prep.n, gamma), prep.is_last)
+    return g - invalid_penalty * prep.invalid
+
+
+def similarity_step_groups(
+    prep: Prepared, state_text: Sequence[str], threshold: float
+) -> tuple[np.ndarray, int]:
+    """Similarity-based step groups (see the module docstring).
+
+    Args:
+        prep: prepared batch.
+        state_text: B strings in the batch's row order.
+        threshold: in (0, 1]; a text joins a cluster when ratio / 100 >= threshold.
+
+    Returns:
+        (ids (B,) int64 in canonical order, number of step groups).
+
+    Raises:
+        ValueError: wrong length or a non-string entry.
+        ImportError: rapidfuzz is not installed.
+    """
+    from rapidfuzz import fuzz, process  # optional dependency, only for this path
+
+    texts = np.asarray(list(state_text), dtype=object)
+    if texts.shape != (prep.n,):
+        raise ValueError(f"state_text must hold one string per row ({prep.n}), got {texts.shape}")
+    if not all(isinstance(t, str) for t in texts):
+        raise ValueError("state_text entries must be strings")
+    texts = prep.from_original(texts)
+    ids = np.empty(prep.n, dtype=np.int64)
+    if prep.n == 0:
+        return ids, 0
+    cutoff = 100.0 * threshold
+    bounds = np.flatnonzero(np.diff(prep.group)) + 1
+    starts = np.concatenate(([0], bounds))
+    ends = np.concatenate((bounds, [prep.n]))
+    next_id = 0
+    for lo, hi in zip(starts.tolist(), ends.tolist()):
+        uniq, first, inv = np.unique(texts[lo:hi], return_index=True, return_inverse=True)
+        cluster_of_uniq = np.empty(len(uniq), dtype=np.int64)
+        reps: list[str] = []
+        rep_ids: list[int] = []
+        for u in np.argsort(first, kind="stable").tolist():  # first-appearance order
+            text = uniq[u]
+            cid = -1
+            if reps:
+                scores = process.cdist([text], reps, scorer=fuzz.ratio, score_cutoff=cutoff)[0]
+                hit = np.flatnonzero(scores >= cutoff)
+                if hit.size:
+                    cid = rep_ids[int(hit[0])]
+            if cid < 0:
+                cid = next_id
+                next_id += 1
+                reps.append(text)
+                rep_ids.append(cid)
+            cluster_of_uniq[u] = cid
+        ids[lo:hi] = cluster_of_uniq[inv.reshape(-1)]
+    return ids, next_id
+
+
+@register_estimator(
+    "gigpo",
+    options={
+        "grouping": "exact",
+        "similarity_threshold": 0.95,
+        "state_text": None,
+        "episode_stat": "steps",
+        "eps": EPS,
+    },
+    choices={"grouping": GROUPINGS, "episode_stat": EPISODE_STATS},
+    validators={
+        "similarity_threshold": in_range(0.0, 1.0, lo_open=True),
+        "eps": in_range(0.0, lo_open=True),
+    },
+    description="GiGPO: GRPO episode term + discounted return normalized within anchor-state step groups",
+)
+def gigpo(
+    batch: StepBatch,
+    *,
+    mode: str,
+    gamma: float,
+    step_weight: float,
+    invalid_penalty: float,
+    grouping: str,
+    similarity_threshold: float,
+    state_text: Sequence[str] | None,
+    episode_stat: str,
+    eps: float,
+) -> AdvantageResult:
+    """GiGPO advantages A = A_EP + omega * A_S (see the module docstring).
+
+    Args:
+        batch: the StepBatch, B rows.
+        mode: "mean_std_norm" | "mean_norm".
+        gamma: discount of the step return (0.95).
+        step_weight: omega (1.0).
+        invalid_penalty: p (0.1).
+        grouping: "exact" (state_key) | "similarity" (needs ``state_text``).
+        similarity_threshold: in (0, 1] (0.95).
+        state_text: B strings (row order), only for ``grouping="similarity"``.
+        episode_stat: "steps" | "trajectories".
+        eps: > 0.
+
+    Returns:
+        AdvantageResult: advantages (B,) float64 in row order, returns None, diagnostics.
+
+    Raises:
+        ValueError: ``grouping="similarity"`` without a valid ``state_text``.
+    """
+    prep = prepare(batch)
+    a_ep = episode_advantage(
+        prep, mode=mode, invalid_penalty=invalid_penalty, episode_stat=episode_stat, eps=eps
+    )
+    g = step_returns(prep, gamma, invalid_penalty)
+    if grouping == "exact":
+        kid, num_keys = factorize(prep.state_key)
+        node, num_nodes = factorize_pairs(prep.group, prep.num_groups, kid, num_keys)
+    elif grouping == "similarity":
+        if state_text is None:
+            raise ValueError(
+                "gigpo grouping='similarity' needs the state texts: pass state_text=[...] "
+                "(one string per row)"
+            )
+        node, num_nodes = similarity_step_groups(prep, state_text, similarity_threshold)
+    else:
+        raise ValueError(f"unknown grouping {grouping!r}; choose one of {GROUPINGS}")
+    stats = segment_stats(g, node, num_nodes)
+    a_s = apply_normalization(g, node, stats, mode, eps=eps, singleton="zero")
+    adv = a_ep + step_weight * a_s
+    diag = graph_diagnostics(
+        prep,
+        node,
+        num_nodes,
+        successor_ids(prep, node, num_nodes),
+        stats,
+        a_s,
+        nodes_within_groups=True,
+    )
+    return AdvantageResult(advantages=prep.to_original(adv), diagnostics=diag)

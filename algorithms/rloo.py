@@ -1,0 +1,88 @@
+"""RLOO: REINFORCE with a leave-one-out baseline (critic-free).
+
+Source: ALGORITHMS.md "RLOO"; Ahmadian et al., 2024 (arXiv 2402.14740); Kool et al., 2019
+("Buy 4 REINFORCE samples, get a baseline for free!"). Multi-turn use as in verl-agent.
+
+Equations (task group g with trajectories tau_1..tau_N)::
+
+    b(tau)   = 1/(N-1) * sum_{tau' in g, tau' != tau} R_tau'     (leave-one-out baseline)
+    A(i)     = s_i - b(tau(i)),   s_i = R_tau(i) - p * [invalid_i]
+
+broadcast to every step row i of tau (``episode_stat="trajectories"``, the default, as
+ALGORITHMS.md states it). R_tau is the sum of the trajectory's rewards.
+
+Penalty choice: the score of the row itself carries the invalid-action penalty, exactly as
+in verl-agent, whose RLOO (``compute_rloo_outcome_advantage``) reads the token-level rewards
+after ``apply_invalid_action_penalty`` has subtracted p at the last token of every invalid
+step. The baseline uses the other trajectories' episode returns R_tau' without penalty (a
+trajectory's penalty differs between its rows, so it has no single penalized return).
+
+Variant ``episode_stat="steps"``: what verl-agent's code computes with its default
+``compute_mean_std_cross_steps=True``: leave-one-*row*-out over the n step rows of the task
+group, A(i) = s_i - 1/(n-1) * sum_{j != i} s_j = n/(n-1) * (s_i - mean_g s).
+
+Degenerate cases: a task group with a single trajectory (resp. a single row for "steps")
+gives 0. When all returns of the group are equal (within the tolerance of
+algorithms/normalize.py) the baseline is exactly that return, so A = -p [invalid_i]
+("trajectories") resp. 0 ("steps"), without float rounding noise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from algorithms._prep import prepare
+from algorithms.batch import StepBatch
+from algorithms.grpo import EPISODE_STATS
+from algorithms.normalize import segment_stats
+from algorithms.registry import AdvantageResult, register_estimator
+
+__all__ = ["rloo"]
+
+
+@register_estimator(
+    "rloo",
+    options={"episode_stat": "trajectories"},
+    choices={"episode_stat": EPISODE_STATS},
+    description="RLOO: episode return minus the mean return of the other rollouts of the task",
+)
+def rloo(batch: StepBatch, *, invalid_penalty: float, episode_stat: str) -> AdvantageResult:
+    """RLOO advantages (see the module docstring).
+
+    Args:
+        batch: the StepBatch, B rows.
+        invalid_penalty: p (0.1).
+        episode_stat: "trajectories" (default, leave-one-trajectory-out) | "steps".
+
+    Returns:
+        AdvantageResult: advantages (B,) float64 in row order; returns None.
+
+    Raises:
+        ValueError: unknown ``episode_stat``.
+    """
+    prep = prepare(batch)
+    s = prep.episode_return - invalid_penalty * prep.invalid
+    if episode_stat == "trajectories":
+        first = prep.is_first
+        ret = prep.episode_return[first]  # one per trajectory, canonical trajectory order
+        tg = prep.traj_group
+        stats = segment_stats(ret, tg, prep.num_groups)
+        cnt = stats.count
+        total = np.bincount(tg, weights=ret, minlength=prep.num_groups).astype(np.float64)
+        loo = np.divide(
+            total[tg] - ret, cnt[tg] - 1, out=ret.copy(), where=cnt[tg] > 1
+        )
+        loo = np.where(stats.degenerate[tg], ret, loo)  # all equal: baseline = that return
+        adv = s - loo[prep.traj]
+        adv[cnt[prep.group] < 2] = 0.0
+    elif episode_stat == "steps":
+        stats = segment_stats(s, prep.group, prep.num_groups)
+        cnt = stats.count[prep.group]
+        total = np.bincount(prep.group, weights=s, minlength=prep.num_groups).astype(np.float64)
+        total = total[prep.group]
+        loo = np.divide(total - s, cnt - 1, out=s.copy(), where=cnt > 1)
+        adv = s - loo
+        adv[(cnt < 2) | stats.degenerate[prep.group]] = 0.0
+    else:
+        raise ValueError(f"unknown episode_stat {episode_stat!r}; choose one of {EPISODE_STATS}")
+    return AdvantageResult(advantages=prep.to_original(adv))

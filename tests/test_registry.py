@@ -1,0 +1,204 @@
+"""The estimator registry: names, options, validation, custom estimators (algorithms/registry.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import algorithms
+from algorithms import registry
+from algorithms.registry import (
+    COMMON_OPTIONS,
+    AdvantageResult,
+    available_estimators,
+    check_options,
+    compute_advantages,
+    describe_estimators,
+    estimate,
+    estimator_options,
+    register_estimator,
+)
+from algorithms.synthetic import batch_from_trajectories, reference_batch
+
+BUILTINS = ["g2po", "gigpo", "grpo", "ppo", "rloo"]
+
+
+@pytest.fixture
+def batch():
+    return batch_from_trajectories(
+        [{"keys": [0, 1], "success": True}, {"keys": [0, 2, 3], "success": False, "invalid": [1]}]
+    )
+
+
+def test_builtins_registered_and_reexported():
+    assert available_estimators() == BUILTINS
+    for name in ("compute_advantages", "estimate", "register_estimator", "available_estimators",
+                 "StepBatch"):
+        assert hasattr(algorithms, name)
+
+
+def test_defaults():
+    assert estimator_options("g2po") == {
+        **COMMON_OPTIONS,
+        "aggregation": True,
+        "graph_scope": "group",
+        "edge_norm_scope": "group",
+        "components": "full",
+        "node_reference_set": "visits",
+        "episode_stat": "steps",
+        "eps": 1e-6,
+    }
+    assert COMMON_OPTIONS == {"mode": "mean_std_norm", "gamma": 0.95, "step_weight": 1.0,
+                              "invalid_penalty": 0.1, "success_reward": 10.0}
+    assert estimator_options("gigpo")["grouping"] == "exact"
+    assert estimator_options("gigpo")["similarity_threshold"] == 0.95
+    assert estimator_options("ppo")["convention"] == "reference"
+    assert estimator_options("ppo")["lam"] == 0.95 and estimator_options("ppo")["whiten"] is False
+    assert estimator_options("rloo")["episode_stat"] == "trajectories"
+    assert estimator_options("grpo")["episode_stat"] == "steps"
+
+
+def test_common_options_accepted_by_every_estimator(batch):
+    common = {"mode": "mean_norm", "gamma": 0.9, "step_weight": 0.5, "invalid_penalty": 0.2,
+              "success_reward": 5.0}
+    for name in BUILTINS:
+        check_options(name, common)
+        extra = {"values": np.zeros(len(batch))} if name == "ppo" else {}
+        res = estimate(name, batch, **common, **extra)
+        assert res.advantages.shape == (len(batch),) and res.advantages.dtype == np.float64
+        assert {"adv_mean", "adv_std"} <= set(res.diagnostics)
+        assert all(isinstance(v, float) for v in res.diagnostics.values())
+
+
+@pytest.mark.parametrize(
+    "name, options, match",
+    [
+        ("g2po", {"foo": 1}, "unknown option 'foo'.*known options: aggregation"),
+        ("grpo", {"omega": 1.0}, "unknown option 'omega'"),
+        ("grpo", {"mode": "z_score"}, "mode.*mean_std_norm, mean_norm"),
+        ("g2po", {"graph_scope": "world"}, "graph_scope.*group, batch"),
+        ("g2po", {"edge_norm_scope": "task"}, "edge_norm_scope"),
+        ("g2po", {"components": "ep+ec"}, "components"),
+        ("g2po", {"node_reference_set": "edges"}, "node_reference_set"),
+        ("g2po", {"aggregation": "yes"}, "must be a bool"),
+        ("g2po", {"gamma": "0.9"}, "must be a number"),
+        ("g2po", {"gamma": True}, "must be a number"),
+        ("g2po", {"gamma": 1.5}, "gamma.*<= 1"),
+        ("g2po", {"step_weight": float("nan")}, "finite"),
+        ("g2po", {"invalid_penalty": -0.1}, ">= 0"),
+        ("g2po", {"eps": 0.0}, "eps.*> 0"),
+        ("g2po", {"components": "ep+nc+agg", "aggregation": False}, "contradicts"),
+        ("gigpo", {"grouping": "fuzzy"}, "grouping"),
+        ("gigpo", {"similarity_threshold": 0.0}, "similarity_threshold"),
+        ("ppo", {"convention": "gae"}, "convention"),
+        ("ppo", {"lam": 2.0}, "lam"),
+        ("rloo", {"episode_stat": "tokens"}, "episode_stat"),
+    ],
+)
+def test_check_options_errors(name, options, match):
+    with pytest.raises(ValueError, match=match):
+        check_options(name, options)
+
+
+def test_valid_ablation_options_pass():
+    check_options("g2po", {"aggregation": False, "graph_scope": "batch", "edge_norm_scope": "node",
+                           "components": "ep+nc", "node_reference_set": "successors",
+                           "episode_stat": "trajectories", "step_weight": 0.8, "gamma": 1})
+    check_options("gigpo", {"grouping": "similarity", "similarity_threshold": 0.9})
+    check_options("ppo", {"convention": "turn_gae", "lam": 1.0, "whiten": True})
+
+
+def test_unknown_estimator():
+    with pytest.raises(ValueError, match="unknown advantage estimator 'ppg'.*g2po"):
+        estimate("ppg", None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="registered estimators"):
+        estimator_options("ppg")
+
+
+def test_estimate_needs_a_step_batch():
+    with pytest.raises(TypeError, match="StepBatch"):
+        estimate("grpo", {"reward": [1.0]})  # type: ignore[arg-type]
+
+
+def test_compute_advantages_matches_estimate(batch):
+    np.testing.assert_array_equal(compute_advantages("g2po", batch), estimate("g2po", batch).advantages)
+
+
+def test_register_custom_estimator(batch):
+    name = "test_reinforce"
+    try:
+        @register_estimator(name, options={"baseline": 0.0}, description="A = R - b")
+        def reinforce(b, *, baseline, invalid_penalty):
+            _, tid = np.unique(b.traj_id, return_inverse=True)
+            ret = np.bincount(tid, weights=b.reward)[tid]
+            return AdvantageResult(ret - baseline - invalid_penalty * (~b.action_valid))
+
+        assert name in available_estimators()
+        assert estimator_options(name)["baseline"] == 0.0
+        # R = 10, 10, 0, 0, 0; row 3 invalid
+        np.testing.assert_allclose(
+            compute_advantages(name, batch, baseline=1.0, mode="mean_norm"), [9, 9, -1, -1.1, -1]
+        )
+        assert f"{name}: A = R - b" in describe_estimators()
+        with pytest.raises(ValueError, match="already registered"):
+            register_estimator(name)(lambda b: AdvantageResult(np.zeros(len(b))))
+    finally:
+        registry._REGISTRY.pop(name, None)
+
+
+def test_register_rejects_options_the_function_lacks():
+    with pytest.raises(TypeError, match="lacks"):
+        register_estimator("test_bad", options={"k": 1})(lambda b, *, mode: None)
+    assert "test_bad" not in available_estimators()
+
+
+def test_bad_estimator_output_is_caught(batch):
+    name = "test_broken"
+    try:
+        register_estimator(name, options={"kind": "shape"})(
+            lambda b, *, kind: AdvantageResult(np.zeros(1) if kind == "shape" else np.full(len(b), np.nan))
+        )
+        with pytest.raises(ValueError, match="shape"):
+            estimate(name, batch)
+        with pytest.raises(ValueError, match="non-finite"):
+            estimate(name, batch, kind="nan")
+    finally:
+        registry._REGISTRY.pop(name, None)
+
+
+def test_describe_lists_every_option():
+    text = describe_estimators()
+    for name in BUILTINS:
+        assert text.count(f"\n{name}: ") + text.startswith(f"{name}: ") == 1
+        for opt in estimator_options(name):
+            assert f"    {opt} = " in text
+
+
+def test_config_validation_uses_the_registry():
+    pytest.importorskip("omegaconf")
+    from g2po.config import ConfigError, load_config
+
+    cfg = load_config(overrides=["algorithm.options.graph_scope=batch"])
+    assert cfg.algorithm.options == {"graph_scope": "batch"}
+    with pytest.raises(ConfigError, match="unknown option 'nope'"):
+        load_config(overrides=["algorithm.options.nope=1"])
+    with pytest.raises(ConfigError, match="components"):
+        load_config(overrides=["algorithm.options.components=all"])
+
+
+def test_estimators_import_nothing_heavier_than_numpy():
+    import subprocess
+    import sys
+
+    code = ("import sys, algorithms; from algorithms.synthetic import reference_batch; "
+            "heavy = [m for m in ('torch', 'rapidfuzz', 'pandas', 'omegaconf') if m in sys.modules]; "
+            "print(','.join(heavy))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_reference_batch_estimates_are_finite():
+    b = reference_batch(np.random.default_rng(3))
+    for name in BUILTINS:
+        extra = {"values": np.ones(len(b))} if name == "ppo" else {}
+        assert np.isfinite(estimate(name, b, **extra).advantages).all()
