@@ -61,7 +61,8 @@ def evaluate(
 
     Returns:
         EVAL dict: ``iteration, success_rate`` (fraction), ``per_task_type`` (fractions),
-        ``num_episodes, score`` (mean final env reward x 100), ``mean_steps, invalid_frac``.
+        ``num_episodes, score`` (mean task score, WebShop: reward x 100; None where the environment
+        reports none), ``mean_steps, invalid_frac``.
     """
     trajs: list[dict[str, Any]] = []
     invalid = 0
@@ -76,12 +77,13 @@ def evaluate(
         trajs.extend(rb.trajectories)
         invalid += int((~rb.steps.action_valid).sum())
         steps += len(rb.steps)
+    scores = [t["score"] for t in trajs if t["score"] is not None]
     return {
         "iteration": iteration,
         "success_rate": float(np.mean([t["success"] for t in trajs])) if trajs else 0.0,
         "per_task_type": success_by_task_type(trajs),
         "num_episodes": len(trajs),
-        "score": float(np.mean([t["score"] for t in trajs])) if trajs else 0.0,
+        "score": float(np.mean(scores)) if scores else None,
         "mean_steps": float(np.mean([t["num_steps"] for t in trajs])) if trajs else 0.0,
         "invalid_frac": invalid / steps if steps else 0.0,
     }

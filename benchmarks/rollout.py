@@ -9,8 +9,9 @@ end, at ``max_steps`` (truncation: a failure), or when its environment crashes (
 restarted for the next episode).
 
 Rewards follow the reference setting: the final step of a successful episode gets
-``success_reward`` (10), every other step 0; the environment's own final reward is kept
-as the trajectory's ``score`` (WebShop: purchase reward x 100).
+``success_reward`` (10), every other step 0; an environment that reports a task score
+(WebShop: ``info["score"]`` = purchase reward x 100) has it kept as the trajectory's ``score``
+(None elsewhere).
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ def collect_rollouts(
     active = [not obs[i].done for i in range(n_env)]
     crashed = [bool(obs[i].info.get("crashed")) for i in range(n_env)]
     won = [False] * n_env
-    score = [0.0] * n_env
+    score: list[float | None] = [None] * n_env
     n_steps = [0] * n_env
     invalid = [0] * n_env
     rows: list[dict[str, Any]] = []
@@ -139,7 +140,7 @@ def collect_rollouts(
                 crashed[i] = True
             if o.done:
                 won[i] = bool(o.won)
-                score[i] = float(o.info.get("score", 100.0 * o.reward))
+                score[i] = float(o.info["score"]) if "score" in o.info else None
             if done:
                 active[i] = False
 

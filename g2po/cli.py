@@ -10,6 +10,7 @@
     g2po algorithms                                              list estimators and their options
     g2po bench advantages [--sizes ...]                          estimator speed
     g2po config [--preset NAME] [key=value ...]                  print the resolved config
+    g2po report RESULTS_DIR --out DIR                            tables and figures vs. the paper
     g2po sweep {launch,status,cancel,list} SPEC [...]            sweeps with Submitit (sweeps/cli.py)
 
 A bad config key or value fails before any work starts, with a message naming it.
@@ -54,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(g)
 
     sub.add_parser("algorithms", help="list registered advantage estimators and their options")
+
+    from analysis.cli import add_report_arguments
+
+    p = sub.add_parser("report", help="tables and figures from run folders, beside the published numbers")
+    add_report_arguments(p)
 
     p = sub.add_parser("bench", help="speed benchmarks (print figures)")
     bsub = p.add_subparsers(dest="bench_command", required=True)
@@ -122,6 +128,10 @@ def main(argv: list[str] | None = None) -> int:
             from sweeps.cli import run_sweep_command
 
             return run_sweep_command(args, console)
+        if args.command == "report":
+            from analysis.cli import run_report
+
+            return int(run_report(args))
         if args.command == "algorithms":
             from algorithms.registry import describe_estimators
 

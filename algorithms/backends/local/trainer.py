@@ -191,6 +191,7 @@ class LocalTrainer:
                 if cfg.eval.every and it % cfg.eval.every == 0 or it == total:
                     ev = self._evaluate(pool, panel, it)
                     rec.update({"eval/success_rate": ev["success_rate"], "eval/score": ev["score"],
+                                "eval/invalid_frac": ev["invalid_frac"],
                                 **{f"eval/success/{k}": v for k, v in ev["per_task_type"].items()}})
                 rec["time_s"] = time.time() - self.metrics_t0
                 self.run.log_metrics(rec)
@@ -334,7 +335,7 @@ class LocalTrainer:
 
     def _write_eval(self) -> None:
         hist = self.eval_history
-        best = max(hist, key=lambda e: (e["success_rate"], e["score"], -e["iteration"]))
+        best = max(hist, key=lambda e: (e["success_rate"], e["score"] or 0.0, -e["iteration"]))
         atomic_write_json(self.run.eval_path, {
             "env": self.cfg.env.name,
             "panel": {"split": self.cfg.env.eval_split, "num_tasks": self.cfg.eval.num_tasks,

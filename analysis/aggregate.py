@@ -1,0 +1,289 @@
+"""Aggregation over seeds: mean ± std, percentile-bootstrap confidence intervals, and the IQM.
+
+Conventions:
+
+- ``std`` is the sample standard deviation (``ddof=1``); with one value it is NaN (the tables
+  print "n/a"), never 0.
+- Confidence intervals are percentile bootstrap intervals (Efron & Tibshirani 1993): resample
+  the values with replacement ``n_boot`` times, compute the statistic, take the
+  ``(1 - confidence) / 2`` and ``(1 + confidence) / 2`` percentiles (numpy "linear"
+  interpolation). The generator is ``numpy.random.default_rng(seed)`` created afresh for every
+  cell, so a cell's interval depends only on its values and ``seed``. Fewer than two values
+  give (NaN, NaN).
+- The interquartile mean (IQM) follows rliable (Agarwal et al., 2021, "Deep Reinforcement
+  Learning at the Edge of the Statistical Precipice", NeurIPS): the mean of the middle 50 % of
+  all (run x task) scores, i.e. ``scipy.stats.trim_mean(scores, 0.25, axis=None)``: sort,
+  drop ``int(0.25 * n)`` values at each end, average the rest. Its interval uses rliable's
+  stratified bootstrap: for each task (column) independently, resample runs (rows) with
+  replacement.
+
+Missing values (NaN) are dropped before aggregating; they never count as 0.
+
+Example::
+
+    from analysis.aggregate import metrics_long, aggregate_metrics
+    long = metrics_long(loaded.runs, which="final")      # one row per run x metric, in %
+    cells = aggregate_metrics(long)                       # one row per method/size/metric
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from analysis.naming import ALFWORLD_TASK_TYPES, TASK_TYPE_METRIC, env_metric_names
+
+__all__ = [
+    "mean_std",
+    "bootstrap_ci",
+    "iqm",
+    "stratified_bootstrap_ci",
+    "metrics_long",
+    "aggregate_metrics",
+    "aggregate_iqm",
+    "DEFAULT_N_BOOT",
+    "GROUP_COLUMNS",
+]
+
+DEFAULT_N_BOOT = 10_000
+#: The cell of a table: which rows of ``metrics_long`` are seeds of the same thing.
+GROUP_COLUMNS = ("model_size", "method_label", "method", "variant", "env", "metric")
+
+
+def mean_std(values: Sequence[float] | np.ndarray) -> tuple[float, float, int]:
+    """(mean, sample std with ddof=1, n) of the finite values; std NaN when n < 2, all NaN when n == 0."""
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    n = int(x.size)
+    if n == 0:
+        return math.nan, math.nan, 0
+    mean = float(x.mean())
+    std = float(x.std(ddof=1)) if n >= 2 else math.nan
+    return mean, std, n
+
+
+def iqm(scores: np.ndarray | Sequence[float], axis: int | None = None) -> float | np.ndarray:
+    """Interquartile mean (25 % trimmed mean), as ``scipy.stats.trim_mean(scores, 0.25, axis)``.
+
+    ``axis=None`` pools all entries (rliable's IQM over runs x tasks). With fewer than four
+    values nothing is trimmed (``int(0.25 * n) == 0``), so IQM equals the mean.
+    """
+    a = np.asarray(scores, dtype=float)
+    if axis is None:
+        a = a.ravel()
+        axis = 0
+    n = a.shape[axis]
+    if n == 0:
+        return math.nan
+    cut = int(0.25 * n)
+    s = np.sort(a, axis=axis)
+    s = np.take(s, np.arange(cut, n - cut), axis=axis)
+    out = s.mean(axis=axis)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def bootstrap_ci(
+    values: Sequence[float] | np.ndarray,
+    *,
+    statistic: Callable[..., np.ndarray] | None = None,
+    confidence: float = 0.95,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile-bootstrap interval of ``statistic`` (default: the mean) of the finite values.
+
+    Args:
+        values: one value per seed/run.
+        statistic: ``f(samples, axis=1) -> array`` over a ``(n_boot, n)`` array; default mean.
+        confidence: e.g. 0.95 for a 95 % interval.
+        n_boot: bootstrap resamples.
+        seed: seed of ``numpy.random.default_rng``.
+
+    Returns:
+        (low, high); (NaN, NaN) with fewer than two values.
+    """
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    n = x.size
+    if n < 2:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(n_boot, n))
+    samples = x[idx]
+    stats = samples.mean(axis=1) if statistic is None else np.asarray(statistic(samples, axis=1))
+    alpha = (1.0 - confidence) / 2.0
+    lo, hi = np.percentile(stats, [100 * alpha, 100 * (1 - alpha)])
+    return float(lo), float(hi)
+
+
+def stratified_bootstrap_ci(
+    scores: np.ndarray,
+    *,
+    statistic: Callable[..., np.ndarray] | None = None,
+    confidence: float = 0.95,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """rliable's stratified percentile bootstrap for a ``(runs, tasks)`` score matrix.
+
+    Each resample draws, for every task independently, ``runs`` rows with replacement; the
+    statistic (default :func:`iqm` over all entries) is applied to each resampled matrix.
+    Fewer than two runs give (NaN, NaN).
+    """
+    m = np.asarray(scores, dtype=float)
+    if m.ndim != 2:
+        raise ValueError(f"scores must be (runs, tasks), got shape {m.shape}")
+    runs, tasks = m.shape
+    if runs < 2 or tasks == 0:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, runs, size=(n_boot, runs, tasks))
+    resampled = m[idx, np.arange(tasks)[None, None, :]]  # (n_boot, runs, tasks)
+    flat = resampled.reshape(n_boot, runs * tasks)
+    stats = iqm(flat, axis=1) if statistic is None else np.asarray(statistic(flat, axis=1))
+    alpha = (1.0 - confidence) / 2.0
+    lo, hi = np.percentile(stats, [100 * alpha, 100 * (1 - alpha)])
+    return float(lo), float(hi)
+
+
+# ---------------------------------------------------------------------------- frames
+_RUN_ID_COLUMNS = ("run_id", "model_size", "method_label", "method", "variant", "env", "seed", "in_progress")
+
+
+def metrics_long(runs: pd.DataFrame, which: str = "final") -> pd.DataFrame:
+    """Table metrics of every run, one row per (run, metric), in the reference's units.
+
+    Args:
+        runs: ``LoadedRuns.runs``.
+        which: "final", "best" or "before": which evaluation of each run.
+
+    Returns:
+        DataFrame with columns ``run_id, model_size, method_label, method, variant, env, seed,
+        in_progress, metric, value``. ``metric`` names follow :mod:`results.reference`
+        (ALFWorld: ``success_all`` and ``success_<pick|look|clean|heat|cool|pick2>``; other
+        envs: ``<env>_success`` and ``<env>_score``). Success rates are converted from
+        fractions to % (x 100); scores are taken as logged (WebShop: mean reward x 100). The
+        ALFWorld ``score`` (mean final env reward x 100, on the 0/10 reward scale) is not a
+        paper metric and is left out.
+        Missing values produce no row (never 0).
+    """
+    if which not in ("final", "best", "before"):
+        raise ValueError(f"which must be final, best or before, got {which!r}")
+    cols = list(_RUN_ID_COLUMNS) + ["metric", "value"]
+    out: list[dict] = []
+    for _, r in runs.iterrows():
+        base = {c: r.get(c) for c in _RUN_ID_COLUMNS}
+        env = str(r.get("env"))
+        succ_name, score_name = env_metric_names(env)
+
+        def add(metric: str, value: object, scale: float, base: dict = base) -> None:
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                out.append({**base, "metric": metric, "value": float(value) * scale})
+
+        add(succ_name, r.get(f"{which}.success_rate"), 100.0)
+        if env != "alfworld":
+            add(score_name, r.get(f"{which}.score"), 1.0)
+        if env == "alfworld":
+            for t in ALFWORLD_TASK_TYPES:
+                add(TASK_TYPE_METRIC[t], r.get(f"{which}.task.{t}"), 100.0)
+    if not out:
+        return pd.DataFrame(columns=cols)
+    return pd.DataFrame.from_records(out, columns=cols)
+
+
+def aggregate_metrics(
+    long: pd.DataFrame,
+    *,
+    by: Sequence[str] = GROUP_COLUMNS,
+    confidence: float = 0.95,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Mean ± std and bootstrap CI over seeds for every cell of ``long`` (from :func:`metrics_long`).
+
+    Returns:
+        One row per group of ``by`` with columns ``*by, n, mean, std, ci_low, ci_high, iqm,
+        in_progress`` (True if any run of the cell is still running), ``seeds`` (sorted
+        comma-separated seeds), ``run_ids`` (comma-separated). ``std``/``ci_*`` are NaN for
+        one run.
+    """
+    by = list(by)
+    cols = by + ["n", "mean", "std", "ci_low", "ci_high", "iqm", "in_progress", "seeds", "run_ids"]
+    if long is None or len(long) == 0:
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for key, grp in long.groupby(by, sort=True, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        vals = grp["value"].to_numpy(dtype=float)
+        mean, std, n = mean_std(vals)
+        lo, hi = bootstrap_ci(vals, confidence=confidence, n_boot=n_boot, seed=seed)
+        finite = vals[np.isfinite(vals)]
+        seeds = sorted({int(s) for s in grp["seed"] if pd.notna(s)}) if "seed" in grp else []
+        rows.append(
+            {
+                **dict(zip(by, key)),
+                "n": n,
+                "mean": mean,
+                "std": std,
+                "ci_low": lo,
+                "ci_high": hi,
+                "iqm": iqm(finite) if finite.size else math.nan,
+                "in_progress": bool(grp["in_progress"].astype(bool).any()) if "in_progress" in grp else False,
+                "seeds": ",".join(str(s) for s in seeds),
+                "run_ids": ",".join(str(x) for x in grp["run_id"]) if "run_id" in grp else "",
+            }
+        )
+    return pd.DataFrame.from_records(rows, columns=cols)
+
+
+def aggregate_iqm(
+    long: pd.DataFrame,
+    metrics: Sequence[str] = tuple(TASK_TYPE_METRIC[t] for t in ALFWORLD_TASK_TYPES),
+    *,
+    by: Sequence[str] = ("model_size", "method_label"),
+    confidence: float = 0.95,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """rliable-style aggregate: IQM over (runs x tasks) with a stratified-bootstrap CI.
+
+    The tasks are ``metrics`` (default: the six ALFWorld task types). For each group of
+    ``by``, a ``(runs, tasks)`` matrix is built from ``long``; tasks no run has are dropped,
+    then runs missing any remaining task are dropped (both counted in the output).
+
+    Returns:
+        Columns ``*by, runs, tasks, iqm, ci_low, ci_high, mean, in_progress`` (``mean`` is the
+        plain mean of the same matrix, for comparison).
+    """
+    by = list(by)
+    cols = by + ["runs", "tasks", "iqm", "ci_low", "ci_high", "mean", "in_progress"]
+    if long is None or len(long) == 0:
+        return pd.DataFrame(columns=cols)
+    sub = long[long["metric"].isin(list(metrics))]
+    rows = []
+    for key, grp in sub.groupby(by, sort=True, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        mat = grp.pivot_table(index="run_id", columns="metric", values="value", aggfunc="mean")
+        mat = mat[[m for m in metrics if m in mat.columns]].dropna(axis=1, how="all").dropna(axis=0, how="any")
+        if mat.size == 0:
+            continue
+        arr = mat.to_numpy(dtype=float)
+        lo, hi = stratified_bootstrap_ci(arr, confidence=confidence, n_boot=n_boot, seed=seed)
+        rows.append(
+            {
+                **dict(zip(by, key)),
+                "runs": arr.shape[0],
+                "tasks": arr.shape[1],
+                "iqm": iqm(arr),
+                "ci_low": lo,
+                "ci_high": hi,
+                "mean": float(arr.mean()),
+                "in_progress": bool(grp["in_progress"].astype(bool).any()),
+            }
+        )
+    return pd.DataFrame.from_records(rows, columns=cols)

@@ -1,0 +1,71 @@
+"""The ``report`` command's arguments and action, for wiring into the project CLI.
+
+Wiring (in ``g2po/cli.py``)::
+
+    from analysis.cli import add_report_arguments, run_report
+    p = subparsers.add_parser("report", help="tables and figures from run folders")
+    add_report_arguments(p)
+    p.set_defaults(func=run_report)        # run_report(args) -> exit code
+
+Usage: ``g2po report RESULTS_DIR --out DIR`` (also ``python -m analysis RESULTS_DIR --out DIR``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+__all__ = ["add_report_arguments", "run_report"]
+
+
+def add_report_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the report arguments to ``parser`` and return it.
+
+    Arguments: ``results_dir`` (positional), ``--out`` (default ``RESULTS_DIR/report``),
+    ``--which`` (final | best), ``--n-boot``, ``--seed``, ``--confidence``, ``--no-figures``.
+    """
+    parser.add_argument("results_dir", help="folder with run folders (searched recursively), e.g. results/runs")
+    parser.add_argument("--out", default=None, help="output folder for report.md, tables and figures (default: RESULTS_DIR/report)")
+    parser.add_argument("--which", choices=("final", "best"), default="final", help="which evaluation of each run to tabulate (default: final)")
+    parser.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples for the confidence intervals (default: 10000)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: 0)")
+    parser.add_argument("--confidence", type=float, default=0.95, help="confidence level of the intervals (default: 0.95)")
+    parser.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
+    return parser
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """Write the report for parsed ``args``; print where it is and a summary. Returns an exit code
+    (0 ok, 2 the results folder does not exist or an argument is out of range)."""
+    from analysis.report import build_report
+
+    results_dir = Path(args.results_dir)
+    out = Path(args.out) if args.out else results_dir / "report"
+    if args.n_boot < 1 or not 0 < args.confidence < 1:
+        print("error: --n-boot must be >= 1 and --confidence in (0, 1)", file=sys.stderr)
+        return 2
+    try:
+        res = build_report(
+            results_dir,
+            out,
+            which=args.which,
+            n_boot=args.n_boot,
+            seed=args.seed,
+            confidence=args.confidence,
+            figures=not args.no_figures,
+        )
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    runs = res.loaded.runs
+    n_prog = int(runs["in_progress"].sum()) if len(runs) else 0
+    drawn = sum(1 for p in res.figures.values() if p is not None)
+    print(f"report: {res.report_path}")
+    print(
+        f"runs: {len(runs)} included ({n_prog} in progress), {len(res.loaded.skipped)} skipped; "
+        f"figures: {drawn}"
+    )
+    for p in res.loaded.skipped:
+        print(f"  skipped {p.run_id}: {p.reason}")
+    return 0

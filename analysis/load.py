@@ -1,0 +1,500 @@
+"""Load every run folder under a results folder into pandas DataFrames.
+
+A run folder is any folder (at any depth under ``results_dir``) holding at least one of
+``config.yaml``, ``metrics.jsonl``, ``eval.json``, ``status.json`` (the layout of
+:mod:`results.rundir`); the search does not descend into a run folder. ``results_dir`` may be
+``results/``, ``results/runs/`` or a sweep's output folder.
+
+Nothing about one run is fatal: a run that cannot be used is *skipped* and reported as a
+:class:`RunProblem`; a run with a lesser defect is *included* and reported too.
+
+Skipped (``RunProblem.action == "skipped"``):
+
+- no ``config.yaml``, or one that does not parse as a YAML mapping, or lacks ``env.name`` or
+  (for a training run) ``algorithm.name`` (corrupt or partial run);
+- ``status.json`` says ``"failed"`` (the reason carries the run's error);
+- no usable evaluation at all (``eval.json`` missing or corrupt, no ``eval/success_rate`` in
+  ``metrics.jsonl``), including runs still running that have not evaluated yet;
+- an evaluation whose ``success_rate`` is not a number in [0, 1];
+- no ``status.json`` and no final evaluation (a partial run).
+
+Included with a warning (``action == "included"``): unreadable ``status.json`` next to a final
+evaluation, torn lines in ``metrics.jsonl``, a finished run without a ``final`` evaluation
+(its latest one is used), several runs of the same method/size/env/seed.
+
+Runs still in progress (``status.json`` state ``"running"``) are included with their latest
+evaluation and flagged ``in_progress = True``. "Latest" is, in order: ``eval.json``'s
+``final`` (the local trainer rewrites it at every evaluation), the last entry of ``history``,
+the last ``eval/success_rate`` of ``metrics.jsonl`` (per task type from
+``eval/success/<type>`` or ``eval/per_task_type/<type>``, score from ``eval/score``),
+``before`` (iteration 0); ``final.source`` says which was used.
+
+Frames (:class:`LoadedRuns`):
+
+``runs`` (one row per included run):
+    identity: ``run_id`` (path relative to ``results_dir``, posix), ``path``, ``env``,
+    ``algorithm``, ``kind`` ("train" | "baseline"), ``method``, ``variant``, ``method_label``,
+    ``model_size``, ``seed`` (Int64), ``step_weight`` (float);
+    state: ``state`` ("running" | "done" | "unknown"), ``in_progress`` (bool),
+    ``status.iteration``, ``status.total_iterations``, ``status.updated``;
+    evaluations, for ``E`` in ``final``, ``best``, ``before``: ``E.iteration``,
+    ``E.success_rate`` (fraction), ``E.score``, ``E.num_episodes``, ``E.mean_steps``,
+    ``E.task.<task type>`` (fraction), plus ``final.source``;
+    ``metrics.rows`` and ``metrics.last_iteration``;
+    and every config key flattened with dots (``env.name``, ``algorithm.mode``,
+    ``algorithm.options.<k>``, ``train.lr``, ``seed``, ...; lists joined with ","; a config key
+    that collides with a derived column is kept as ``config.<key>``).
+``curves`` (one row per line of ``metrics.jsonl`` of every included run, plus runs still
+    running without an evaluation): the identity columns above (``run_id``, ``env``,
+    ``method``, ``variant``, ``method_label``, ``model_size``, ``seed``, ``in_progress``) and
+    every logged key as its own column (``iteration``, ``time_s``, ``train/...``, ``loss/...``,
+    ``adv/...``, ``eval/...``), sorted by run and iteration.
+``evals`` (one row per evaluation of every included run): identity columns, ``source``
+    ("before" | "history" | "final" | "metrics"), ``iteration``, ``success_rate``, ``score``,
+    ``num_episodes``, ``mean_steps``, ``task.<task type>``; one row per (run, iteration).
+
+Example::
+
+    from analysis.load import load_runs
+    loaded = load_runs("results/runs")
+    loaded.runs[["method", "model_size", "seed", "final.success_rate"]]
+    for p in loaded.problems: print(p)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from analysis.naming import (
+    get_path,
+    is_baseline,
+    method_label,
+    method_name,
+    model_size_of,
+    variant_of,
+)
+from results.rundir import RunDir
+
+__all__ = ["RunProblem", "LoadedRuns", "load_runs", "find_run_dirs", "IDENTITY_COLUMNS"]
+
+RUN_FILES = ("config.yaml", "metrics.jsonl", "eval.json", "status.json")
+IDENTITY_COLUMNS = (
+    "run_id",
+    "env",
+    "method",
+    "variant",
+    "method_label",
+    "model_size",
+    "seed",
+    "in_progress",
+)
+EVAL_FIELDS = ("iteration", "success_rate", "score", "num_episodes", "mean_steps")
+
+
+@dataclass(frozen=True)
+class RunProblem:
+    """A defect of one run folder. ``action``: "skipped" (not in the frames) or "included"."""
+
+    run_id: str
+    path: str
+    action: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.run_id}: {self.action}: {self.reason}"
+
+
+@dataclass
+class LoadedRuns:
+    """What :func:`load_runs` returns (see the module docstring for the columns)."""
+
+    results_dir: Path
+    runs: pd.DataFrame
+    curves: pd.DataFrame
+    evals: pd.DataFrame
+    problems: list[RunProblem] = field(default_factory=list)
+
+    @property
+    def skipped(self) -> list[RunProblem]:
+        return [p for p in self.problems if p.action == "skipped"]
+
+    @property
+    def warnings(self) -> list[RunProblem]:
+        return [p for p in self.problems if p.action == "included"]
+
+
+class _Skip(Exception):
+    pass
+
+
+def find_run_dirs(results_dir: str | os.PathLike) -> list[Path]:
+    """Run folders under ``results_dir`` (itself included), sorted; hidden folders are ignored."""
+    root = Path(results_dir)
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        if any(f in filenames for f in RUN_FILES):
+            found.append(Path(dirpath))
+            dirnames[:] = []
+            continue
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+    return sorted(found)
+
+
+def load_runs(
+    results_dir: str | os.PathLike,
+    *,
+    column_overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> LoadedRuns:
+    """Load all run folders under ``results_dir``.
+
+    Args:
+        results_dir: a folder to search for run folders (see the module docstring).
+        column_overrides: ``{run_id: {column: value}}`` applied to a run's row after the
+            derived columns are computed, e.g. ``{"abc": {"model_size": "7B"}}`` (the
+            identity columns of its curves and evals follow). ``method``/``variant``
+            overrides also update ``method_label``.
+
+    Returns:
+        :class:`LoadedRuns` (frames may be empty but always have the identity columns).
+
+    Raises:
+        FileNotFoundError: ``results_dir`` does not exist (the only fatal error).
+    """
+    root = Path(results_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"results folder {str(root)!r} does not exist")
+    overrides = {k: dict(v) for k, v in (column_overrides or {}).items()}
+    rows: list[dict[str, Any]] = []
+    curves: list[dict[str, Any]] = []
+    evals: list[dict[str, Any]] = []
+    problems: list[RunProblem] = []
+    for run_path in find_run_dirs(root):
+        rel = run_path.relative_to(root).as_posix()
+        run_id = rel if rel != "." else run_path.name
+        local: list[RunProblem] = []
+        try:
+            row, run_curves, run_evals = _load_one(run_path, run_id, local, overrides.get(run_id))
+        except _Skip as exc:
+            problems.extend(local)
+            problems.append(RunProblem(run_id, str(run_path), "skipped", str(exc)))
+            continue
+        problems.extend(local)
+        if row is not None:
+            rows.append(row)
+            evals.extend(run_evals)
+        curves.extend(run_curves)
+    runs_df = _frame(rows, IDENTITY_COLUMNS)
+    if len(runs_df):
+        runs_df["seed"] = pd.to_numeric(runs_df["seed"], errors="coerce").astype("Int64")
+        runs_df["in_progress"] = runs_df["in_progress"].astype(bool)
+        problems.extend(_duplicate_warnings(runs_df))
+    curves_df = _frame(curves, IDENTITY_COLUMNS)
+    if len(curves_df) and "iteration" in curves_df:
+        curves_df = curves_df.sort_values(["run_id", "iteration"], kind="stable").reset_index(drop=True)
+    evals_df = _frame(evals, (*IDENTITY_COLUMNS, "source", *EVAL_FIELDS))
+    if len(evals_df):
+        evals_df = evals_df.sort_values(["run_id", "iteration"], kind="stable").reset_index(drop=True)
+    return LoadedRuns(root, runs_df, curves_df, evals_df, problems)
+
+
+# ---------------------------------------------------------------------------- one run
+def _load_one(
+    path: Path, run_id: str, problems: list[RunProblem], override: dict[str, Any] | None
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]], list[dict[str, Any]]]:
+    """(run row or None, curve rows, eval rows) of one run; raises _Skip to skip it."""
+    rd = RunDir(path)
+
+    def warn(reason: str) -> None:
+        problems.append(RunProblem(run_id, str(path), "included", reason))
+
+    cfg = _read_config(rd)
+    status, status_error = _read_status(rd)
+    state = str(status.get("state", "unknown")) if status else "unknown"
+    if state == "failed":
+        raise _Skip(f"run failed: {status.get('error') or 'no error message'}")
+    metrics, torn = _read_metrics(rd)
+    ev, ev_error = _read_eval(rd)
+
+    ident = _identity(cfg, run_id, state, override)
+    curve_rows = [{**ident, **rec} for rec in metrics]
+
+    candidates = _eval_candidates(ev, metrics, run_id)  # list of (source, EVAL)
+    latest = _latest(candidates)
+    if latest is None:
+        where = f" (iteration {status.get('iteration')}/{status.get('total_iterations')})" if status else ""
+        if state == "running":
+            reason = f"running, no evaluation yet{where}"
+            if ev_error:
+                reason += f"; {ev_error}"
+            problems.append(RunProblem(run_id, str(path), "skipped", reason))
+            return None, curve_rows, []
+        raise _Skip(ev_error or "no evaluation (eval.json missing and no eval/ metrics): partial run")
+    if status is None and latest[0] != "final":
+        raise _Skip(f"partial run: {status_error or 'no status.json'} and no final evaluation")
+    if status is None:
+        warn(f"{status_error or 'no status.json'}; using the final evaluation")
+    if ev_error:
+        warn(f"{ev_error}; using {latest[0]} evaluation from metrics.jsonl")
+    if torn:
+        warn(f"{torn} torn line(s) in metrics.jsonl skipped")
+    if state == "done" and latest[0] != "final":
+        total = status.get("total_iterations") if status else None
+        if not (total == 0 and latest[0] == "before"):
+            warn(f"status done but eval.json has no final evaluation; using the {latest[0]} one (iteration {latest[1].get('iteration')})")
+
+    row: dict[str, Any] = {}
+    for key, value in _flatten(cfg).items():
+        row[key] = value
+    for key, value in ident.items():
+        if key in row and row[key] != value and key != "seed":
+            row[f"config.{key}"] = row[key]
+        row[key] = value
+    row["path"] = str(path)
+    row["algorithm"] = ident["algorithm"]
+    row["kind"] = "baseline" if is_baseline(cfg) else "train"
+    w = get_path(cfg, "algorithm.step_weight")
+    row["step_weight"] = float(w) if isinstance(w, (int, float)) and not isinstance(w, bool) else math.nan
+    row["state"] = state
+    for k in ("iteration", "total_iterations", "updated"):
+        row[f"status.{k}"] = status.get(k) if status else None
+    row["metrics.rows"] = len(metrics)
+    its = [r.get("iteration") for r in metrics if isinstance(r.get("iteration"), (int, float))]
+    row["metrics.last_iteration"] = max(its) if its else None
+    row.update(_eval_columns("final", latest[1]))
+    row["final.source"] = latest[0]
+    best = ev.get("best") if isinstance(ev, dict) else None
+    if not _valid_eval(best):
+        trained = [e for s, e in candidates if s != "before"] or [e for _, e in candidates]
+        best = max(trained, key=lambda e: (float(e["success_rate"]), float(e.get("iteration") or 0)))
+    row.update(_eval_columns("best", best))
+    before = ev.get("before") if isinstance(ev, dict) else None
+    row.update(_eval_columns("before", before if _valid_eval(before) else None))
+
+    eval_rows = []
+    seen: set[Any] = set()
+    for source, e in sorted(candidates, key=lambda se: _SOURCE_RANK[se[0]]):
+        it = e.get("iteration")
+        if it in seen:
+            continue
+        seen.add(it)
+        rec = {**ident, "source": source}
+        rec.update({k[len("x."):]: v for k, v in _eval_columns("x", e).items()})
+        eval_rows.append(rec)
+    return row, curve_rows, eval_rows
+
+
+_EVAL_TASK_PREFIXES = ("eval/success/", "eval/per_task_type/")
+_SOURCE_RANK = {"final": 0, "before": 1, "history": 2, "metrics": 3}
+
+
+def _identity(cfg: dict[str, Any], run_id: str, state: str, override: dict[str, Any] | None) -> dict[str, Any]:
+    method = method_name(cfg)
+    variant = variant_of(cfg)
+    algorithm = get_path(cfg, "algorithm.name") if not is_baseline(cfg) else method
+    ident: dict[str, Any] = {
+        "run_id": run_id,
+        "env": str(get_path(cfg, "env.name") or get_path(cfg, "env") or "unknown"),
+        "method": method,
+        "variant": variant,
+        "method_label": method_label(method, variant),
+        "model_size": model_size_of(cfg),
+        "seed": cfg.get("seed"),
+        "in_progress": state == "running",
+        "algorithm": str(algorithm or ""),
+    }
+    if override:
+        ident.update(override)
+        if ("method" in override or "variant" in override) and "method_label" not in override:
+            ident["method_label"] = method_label(ident["method"], ident["variant"])
+    return ident
+
+
+def _read_config(rd: RunDir) -> dict[str, Any]:
+    if not rd.config_path.exists():
+        raise _Skip("no config.yaml (corrupt or partial run)")
+    try:
+        cfg = yaml.safe_load(rd.config_path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise _Skip(f"config.yaml does not parse: {str(exc).splitlines()[0]}") from None
+    if not isinstance(cfg, dict):
+        raise _Skip("config.yaml is not a mapping of keys")
+    if not (get_path(cfg, "env.name") or isinstance(cfg.get("env"), str)):
+        raise _Skip("config.yaml has no env.name (corrupt or not a run config)")
+    if not is_baseline(cfg) and not get_path(cfg, "algorithm.name"):
+        raise _Skip("config.yaml has no algorithm.name and is not a baseline run (corrupt or not a run config)")
+    return cfg
+
+
+def _read_status(rd: RunDir) -> tuple[dict[str, Any] | None, str | None]:
+    if not rd.status_path.exists():
+        return None, None
+    try:
+        st = json.loads(rd.status_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None, "status.json does not parse"
+    if not isinstance(st, dict):
+        return None, "status.json is not an object"
+    return st, None
+
+
+def _read_metrics(rd: RunDir) -> tuple[list[dict[str, Any]], int]:
+    """Records of metrics.jsonl and the number of torn/non-object lines skipped."""
+    if not rd.metrics_path.exists():
+        return [], 0
+    try:
+        text = rd.metrics_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return [], 0
+    records: list[dict[str, Any]] = []
+    bad = 0
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            bad += 1
+            continue
+        if isinstance(rec, dict):
+            records.append(rec)
+        else:
+            bad += 1
+    return records, bad
+
+
+def _read_eval(rd: RunDir) -> tuple[dict[str, Any] | None, str | None]:
+    if not rd.eval_path.exists():
+        return None, None
+    try:
+        ev = json.loads(rd.eval_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None, "eval.json does not parse (corrupt)"
+    if not isinstance(ev, dict):
+        return None, "eval.json is not an object (corrupt)"
+    return ev, None
+
+
+def _valid_eval(e: Any) -> bool:
+    if not isinstance(e, dict):
+        return False
+    sr = e.get("success_rate")
+    return isinstance(sr, (int, float)) and not isinstance(sr, bool) and math.isfinite(sr)
+
+
+def _check_range(e: dict[str, Any], where: str, run_id: str) -> None:
+    sr = float(e["success_rate"])
+    if not 0.0 <= sr <= 1.0:
+        raise _Skip(f"{where}: success_rate {sr} is not a fraction in [0, 1]")
+    for t, v in (e.get("per_task_type") or {}).items():
+        if isinstance(v, (int, float)) and not 0.0 <= float(v) <= 1.0:
+            raise _Skip(f"{where}: per_task_type[{t!r}] = {v} is not a fraction in [0, 1]")
+
+
+def _eval_candidates(ev: dict[str, Any] | None, metrics: list[dict[str, Any]], run_id: str) -> list[tuple[str, dict[str, Any]]]:
+    out: list[tuple[str, dict[str, Any]]] = []
+    if isinstance(ev, dict):
+        if _valid_eval(ev.get("before")):
+            out.append(("before", ev["before"]))
+        for e in ev.get("history") or []:
+            if _valid_eval(e):
+                out.append(("history", e))
+        if _valid_eval(ev.get("final")):
+            out.append(("final", ev["final"]))
+        if _valid_eval(ev.get("best")):
+            _check_range(ev["best"], "eval.json best", run_id)
+    for rec in metrics:
+        sr = rec.get("eval/success_rate")
+        if isinstance(sr, (int, float)) and not isinstance(sr, bool) and math.isfinite(sr):
+            per = {
+                k.split("/", 2)[2]: v
+                for k, v in rec.items()
+                if k.startswith(_EVAL_TASK_PREFIXES) and isinstance(v, (int, float)) and not isinstance(v, bool)
+            }
+            out.append(
+                (
+                    "metrics",
+                    {
+                        "iteration": rec.get("iteration"),
+                        "success_rate": sr,
+                        "per_task_type": per,
+                        "score": rec.get("eval/score"),
+                        "num_episodes": rec.get("eval/num_episodes"),
+                        "mean_steps": rec.get("eval/mean_steps"),
+                    },
+                )
+            )
+    for source, e in out:
+        _check_range(e, f"eval.json {source}" if source != "metrics" else "metrics.jsonl eval/", run_id)
+    return out
+
+
+def _latest(candidates: list[tuple[str, dict[str, Any]]]) -> tuple[str, dict[str, Any]] | None:
+    for wanted in ("final", "history", "metrics", "before"):
+        pool = [e for s, e in candidates if s == wanted]
+        if pool:
+            return wanted, max(pool, key=lambda e: float(e.get("iteration") or 0))
+    return None
+
+
+def _num(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return math.nan
+    return float(v)
+
+
+def _eval_columns(prefix: str, e: dict[str, Any] | None) -> dict[str, Any]:
+    if e is None:
+        return {f"{prefix}.{k}": math.nan for k in EVAL_FIELDS}
+    out: dict[str, Any] = {f"{prefix}.{k}": _num(e.get(k)) for k in EVAL_FIELDS}
+    for t, v in sorted((e.get("per_task_type") or {}).items()):
+        out[f"{prefix}.task.{t}"] = _num(v)
+    return out
+
+
+def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, key + "."))
+        elif isinstance(v, (list, tuple)):
+            out[key] = ",".join(str(x) for x in v)
+        else:
+            out[key] = v
+    return out
+
+
+def _frame(records: list[dict[str, Any]], columns: tuple[str, ...]) -> pd.DataFrame:
+    if not records:
+        return pd.DataFrame(columns=list(columns))
+    df = pd.DataFrame.from_records(records)
+    first = [c for c in columns if c in df.columns]
+    return df[first + [c for c in df.columns if c not in first]]
+
+
+def _duplicate_warnings(runs: pd.DataFrame) -> list[RunProblem]:
+    key = ["env", "method_label", "model_size", "seed"]
+    out = []
+    dup = runs[runs.duplicated(key, keep=False) & runs["seed"].notna()]
+    for _, grp in dup.groupby(key, sort=True):
+        ids = ", ".join(grp["run_id"])
+        for _, r in grp.iterrows():
+            out.append(
+                RunProblem(
+                    r["run_id"],
+                    r["path"],
+                    "included",
+                    f"same method/size/env/seed as other runs ({ids}); each counts in the aggregates",
+                )
+            )
+    return out

@@ -1,0 +1,347 @@
+"""The report: tables, figures and what is missing, from a results folder, in one Markdown file.
+
+``write_report(results_dir, out_dir)`` loads every run under ``results_dir``
+(:func:`analysis.load.load_runs`), aggregates over seeds (:mod:`analysis.aggregate`), builds
+Table 1 and Table 2 beside the published numbers (:mod:`analysis.tables`), draws the figures
+(:mod:`analysis.figures`) and writes into ``out_dir``:
+
+- ``report.md``: the tables, the per-cell 95 % bootstrap intervals, the IQM aggregate, the
+  ablation/variant table (if any), the figures, and "What is missing" (published cells with no
+  run yet, skipped runs and why, runs in progress, warnings, figures not drawn);
+- ``table1.md``, ``table1.tex``, ``table2.md``, ``table2.tex`` (and ``variants.*``);
+- ``runs.csv`` (the runs frame), ``cells.csv`` (aggregated cells with CIs),
+  ``table1_cells.csv``/``table2_cells.csv`` (ours, reference and difference, numeric);
+- ``figures/*.png``.
+
+It works on an empty folder, a partial set of runs and runs still in progress; the only fatal
+error is a ``results_dir`` that does not exist (:class:`FileNotFoundError`).
+
+Command line: ``python -m analysis RESULTS_DIR --out DIR`` (or ``g2po report`` once wired with
+:func:`analysis.cli.add_report_arguments` and :func:`analysis.cli.run_report`), or
+:func:`main` with an argv list.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis import figures as F
+from analysis.aggregate import DEFAULT_N_BOOT, aggregate_iqm, aggregate_metrics, metrics_long
+from analysis.load import LoadedRuns, load_runs
+from analysis.naming import method_sort_key, model_size_sort_key
+from analysis.tables import MISSING, TABLE1, TABLE2, Table, build_table, format_ours
+
+__all__ = ["write_report", "main", "ReportResult", "build_report"]
+
+
+class ReportResult:
+    """What :func:`build_report` produced (paths and frames), for callers that want more than the path."""
+
+    def __init__(self, report_path: Path, loaded: LoadedRuns, cells: pd.DataFrame, tables: dict[str, Table], figures: dict[str, Path | None]):
+        self.report_path = report_path
+        self.loaded = loaded
+        self.cells = cells
+        self.tables = tables
+        self.figures = figures
+
+
+def write_report(
+    results_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    which: str = "final",
+    reference: pd.DataFrame | None = None,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    confidence: float = 0.95,
+    figures: bool = True,
+    column_overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Path:
+    """Write ``report.md`` (and the files listed in the module docstring); returns its path.
+
+    Args:
+        results_dir: folder searched for run folders.
+        out_dir: where to write (created).
+        which: "final" or "best" evaluation of each run.
+        reference: published numbers (default :func:`results.reference.load_reference`).
+        n_boot, seed, confidence: bootstrap settings.
+        figures: False skips the PNG figures (faster).
+        column_overrides: passed to :func:`analysis.load.load_runs`.
+
+    Raises:
+        FileNotFoundError: ``results_dir`` does not exist.
+    """
+    return build_report(
+        results_dir,
+        out_dir,
+        which=which,
+        reference=reference,
+        n_boot=n_boot,
+        seed=seed,
+        confidence=confidence,
+        figures=figures,
+        column_overrides=column_overrides,
+    ).report_path
+
+
+def build_report(
+    results_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    which: str = "final",
+    reference: pd.DataFrame | None = None,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    confidence: float = 0.95,
+    figures: bool = True,
+    column_overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> ReportResult:
+    """:func:`write_report`, returning the frames and tables as well."""
+    if which not in ("final", "best"):
+        raise ValueError(f"which must be 'final' or 'best', got {which!r}")
+    if reference is None:
+        from results.reference import load_reference
+
+        reference = load_reference()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    loaded = load_runs(results_dir, column_overrides=column_overrides)
+    long = metrics_long(loaded.runs, which=which)
+    cells = aggregate_metrics(long, confidence=confidence, n_boot=n_boot, seed=seed)
+    iqm_df = aggregate_iqm(long, confidence=confidence, n_boot=n_boot, seed=seed)
+
+    tables: dict[str, Table] = {
+        "table1": build_table(cells, reference, TABLE1),
+        "table2": build_table(cells, reference, TABLE2),
+    }
+    has_variants = len(cells) and (cells["variant"].fillna("") != "").any()
+    if has_variants:
+        variant_cells = cells[cells["variant"].fillna("") != ""]
+        tables["variants"] = build_table(variant_cells, None, TABLE1, include_variants=True, with_reference=False)
+        if not variant_cells["metric"].isin(TABLE1.metrics).any():
+            tables["variants"] = build_table(variant_cells, None, TABLE2, include_variants=True, with_reference=False)
+    for name, t in tables.items():
+        (out / f"{name}.md").write_text(t.to_markdown(), encoding="utf-8")
+        (out / f"{name}.tex").write_text(t.to_latex(), encoding="utf-8")
+        t.cells.to_csv(out / f"{name}_cells.csv", index=False)
+    loaded.runs.to_csv(out / "runs.csv", index=False)
+    cells.to_csv(out / "cells.csv", index=False)
+
+    figs: dict[str, Path | None] = {}
+    fig_dir = out / "figures"
+    if figures:
+        figs["learning_curves"] = F.plot_learning_curves(loaded.evals, fig_dir / "learning_curves.png")
+        figs["ablation_ladder"] = F.plot_ablation_ladder(loaded.runs, fig_dir / "ablation_ladder.png")
+        figs["w_sweep"] = F.plot_w_sweep(loaded.runs, fig_dir / "w_sweep.png")
+        figs["node_sizes"] = F.plot_node_sizes(loaded.curves, fig_dir / "node_sizes.png")
+        figs["singleton_fraction"] = F.plot_singleton_fraction(loaded.curves, fig_dir / "singleton_fraction.png")
+
+    text = _render(results_dir, out, loaded, cells, iqm_df, tables, figs, which, confidence, n_boot, seed, figures)
+    path = out / "report.md"
+    path.write_text(text, encoding="utf-8")
+    return ReportResult(path, loaded, cells, tables, figs)
+
+
+# ---------------------------------------------------------------------------- rendering
+_FIG_TITLES = {
+    "learning_curves": "Learning curves (evaluation success vs. iteration; bands = ± std over seeds)",
+    "ablation_ladder": "Ablation ladder (final success; bars = mean, error bars = ± std, dots = seeds)",
+    "w_sweep": "w sweep (final success vs. algorithm.step_weight)",
+    "node_sizes": "Node sizes (estimator diagnostics)",
+    "singleton_fraction": "Steps in singleton nodes (estimator diagnostics)",
+}
+
+
+def _md_table(df: pd.DataFrame) -> str:
+    if df.empty:
+        return "_none_\n"
+    lines = ["| " + " | ".join(str(c) for c in df.columns) + " |", "|" + "|".join("---" for _ in df.columns) + "|"]
+    for _, r in df.iterrows():
+        lines.append("| " + " | ".join(str(v).replace("|", "\\|") for v in r.tolist()) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(x: Any, digits: int = 1) -> str:
+    try:
+        if x is None or pd.isna(x):
+            return "n/a"
+    except (TypeError, ValueError):
+        pass
+    return f"{float(x):.{digits}f}"
+
+
+def _ci_section(cells: pd.DataFrame, confidence: float) -> str:
+    if cells.empty:
+        return "_No runs yet._\n"
+    df = cells.copy()
+    df["_s"] = df["model_size"].map(model_size_sort_key)
+    df["_m"] = df["method_label"].map(method_sort_key)
+    df = df.sort_values(["_s", "_m", "env", "metric"])
+    recs = []
+    for _, r in df.iterrows():
+        ci = "n/a" if pd.isna(r["ci_low"]) else f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]"
+        recs.append(
+            {
+                "Model": r["model_size"],
+                "Method": r["method_label"],
+                "Metric": r["metric"],
+                "n": int(r["n"]),
+                "Mean ± std": format_ours(r["mean"], r["std"], r["n"], bool(r["in_progress"])),
+                f"{int(round(confidence * 100))} % CI": ci,
+                "Seeds": r["seeds"] or MISSING,
+            }
+        )
+    return _md_table(pd.DataFrame(recs))
+
+
+def _iqm_section(iqm_df: pd.DataFrame, confidence: float) -> str:
+    if iqm_df.empty:
+        return "_No ALFWorld runs with per-task-type results yet._\n"
+    df = iqm_df.copy()
+    df["_s"] = df["model_size"].map(model_size_sort_key)
+    df["_m"] = df["method_label"].map(method_sort_key)
+    df = df.sort_values(["_s", "_m"])
+    recs = []
+    for _, r in df.iterrows():
+        ci = "n/a" if pd.isna(r["ci_low"]) else f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]"
+        recs.append(
+            {
+                "Model": r["model_size"],
+                "Method": r["method_label"] + ("*" if r["in_progress"] else ""),
+                "Runs": int(r["runs"]),
+                "Task types": int(r["tasks"]),
+                "IQM (%)": _fmt(r["iqm"]),
+                f"{int(round(confidence * 100))} % CI (stratified bootstrap)": ci,
+                "Mean (%)": _fmt(r["mean"]),
+            }
+        )
+    return _md_table(pd.DataFrame(recs))
+
+
+def _missing_lines(tables: dict[str, Table]) -> list[str]:
+    lines = []
+    for name in ("table1", "table2"):
+        t = tables.get(name)
+        if t is None:
+            continue
+        miss = t.missing_cells()
+        miss = miss[miss["model_size"] != "closed-source"]
+        total = len(t.spec.columns)
+        for (size, method), grp in miss.groupby(["model_size", "method"], sort=False):
+            labels = grp["label"].tolist()
+            what = f"all {total} cells" if len(labels) == total else ", ".join(labels)
+            lines.append(f"- {t.spec.reference_table}, {method} ({size}): {what}")
+    return lines
+
+
+def _render(
+    results_dir: str | os.PathLike,
+    out: Path,
+    loaded: LoadedRuns,
+    cells: pd.DataFrame,
+    iqm_df: pd.DataFrame,
+    tables: dict[str, Table],
+    figs: dict[str, Path | None],
+    which: str,
+    confidence: float,
+    n_boot: int,
+    seed: int,
+    figures: bool,
+) -> str:
+    runs = loaded.runs
+    n_runs = len(runs)
+    n_prog = int(runs["in_progress"].sum()) if n_runs else 0
+    now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+    pct = int(round(confidence * 100))
+    md: list[str] = [
+        "# G2PO suite report",
+        "",
+        f"Results folder: `{results_dir}`; generated {now}; evaluation used: **{which}**.",
+        f"Runs: {n_runs} included ({n_prog} still in progress), {len(loaded.skipped)} skipped, "
+        f"{len(loaded.warnings)} warning(s). See [What is missing](#what-is-missing).",
+        "",
+        "Legend: ours = mean ± std over seeds (std with ddof = 1; \"n/a\" with one seed), success in %, "
+        "WebShop score = mean reward × 100; ref. = published value (`results/reference`); "
+        "Δ = ours − ref. in points; \"≈\" = derived published value; \"unknown\" = not available in the "
+        f"transcriptions; {MISSING} = no run / nothing published (never 0); * = includes runs still in progress. "
+        "The published RL baseline rows are from GiGPO's Table 1 (150 iterations); G2PO trained 100.",
+        "",
+    ]
+    for name, title in (("table1", TABLE1.title), ("table2", TABLE2.title)):
+        t = tables[name]
+        md += [f"## {title}", "", t.to_markdown().rstrip("\n"), ""]
+        for note in t.notes:
+            md.append(f"Note: {note}")
+        md += [f"Files: `{name}.md`, `{name}.tex`, `{name}_cells.csv`.", ""]
+    md += [
+        f"## {pct} % confidence intervals per cell",
+        "",
+        f"Percentile bootstrap over seeds ({n_boot} resamples, seed {seed}); n/a with fewer than two runs.",
+        "",
+        _ci_section(cells, confidence).rstrip("\n"),
+        "",
+        "## Aggregate: IQM over runs × ALFWorld task types",
+        "",
+        "Interquartile mean of all (run, task type) success rates, following rliable "
+        "(Agarwal et al., 2021), with a stratified bootstrap interval (runs resampled per task type).",
+        "",
+        _iqm_section(iqm_df, confidence).rstrip("\n"),
+        "",
+    ]
+    if "variants" in tables:
+        md += [
+            "## Ablations and variants",
+            "",
+            "Runs whose config differs from the main-table setting (`algorithm.options`, w ≠ 1, "
+            "non-reference normalization); no published values.",
+            "",
+            tables["variants"].to_markdown().rstrip("\n"),
+            "",
+        ]
+    md += ["## Figures", ""]
+    drawn = {k: v for k, v in figs.items() if v is not None}
+    if not figures:
+        md.append("_Figures were not requested._")
+    elif not drawn:
+        md.append("_No figure could be drawn from the runs so far._")
+    for key, p in drawn.items():
+        rel = p.relative_to(out).as_posix()
+        md += [f"### {_FIG_TITLES.get(key, key)}", "", f"![{key}]({rel})", ""]
+    md += ["", "## What is missing", "", "### Published cells without runs", ""]
+    miss = _missing_lines(tables)
+    md += miss or ["- none"]
+    md += ["", "(Closed-source prompting rows are not listed.)", "", "### Skipped runs", ""]
+    md += [f"- `{p.run_id}`: {p.reason}" for p in loaded.skipped] or ["- none"]
+    md += ["", "### Runs in progress (included with their latest evaluation)", ""]
+    if n_prog:
+        for _, r in runs[runs["in_progress"]].iterrows():
+            it, tot = r.get("status.iteration"), r.get("status.total_iterations")
+            md.append(f"- `{r['run_id']}`: iteration {it}/{tot}, latest evaluation at iteration {_fmt(r.get('final.iteration'), 0)} ({r.get('final.source')})")
+    else:
+        md.append("- none")
+    md += ["", "### Warnings", ""]
+    md += [f"- `{p.run_id}`: {p.reason}" for p in loaded.warnings] or ["- none"]
+    if figures:
+        md += ["", "### Figures not drawn", ""]
+        not_drawn = [k for k, v in figs.items() if v is None]
+        md += [f"- {k}: {F.figure_skip_reason(k) or 'no data'}" for k in not_drawn] or ["- none"]
+    md.append("")
+    return "\n".join(md)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m analysis RESULTS_DIR --out DIR [--which best] [--n-boot N] [--seed S] [--no-figures]``."""
+    import argparse
+
+    from analysis.cli import add_report_arguments, run_report
+
+    parser = argparse.ArgumentParser(prog="g2po report", description="Tables and figures from run folders, beside the published numbers.")
+    add_report_arguments(parser)
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    return run_report(args)

@@ -1,0 +1,132 @@
+"""Aggregation over seeds: mean ± std, bootstrap CI, IQM (exact on known values)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.aggregate import (
+    aggregate_iqm,
+    aggregate_metrics,
+    bootstrap_ci,
+    iqm,
+    mean_std,
+    metrics_long,
+    stratified_bootstrap_ci,
+)
+
+
+def test_mean_std_ddof1():
+    mean, std, n = mean_std([70.0, 72.0, 74.0])
+    assert (mean, std, n) == (72.0, 2.0, 3)
+    mean, std, n = mean_std([0.5])
+    assert mean == 0.5 and math.isnan(std) and n == 1
+    mean, std, n = mean_std([])
+    assert math.isnan(mean) and math.isnan(std) and n == 0
+    assert mean_std([1.0, float("nan"), 3.0])[:3] == (2.0, math.sqrt(2.0), 2)
+
+
+def test_bootstrap_ci_exact_cases():
+    assert bootstrap_ci([50.0, 50.0, 50.0]) == (50.0, 50.0)
+    # resampled means of {0, 1} (n=2) take values 0, 0.5, 1 with probabilities 1/4, 1/2, 1/4,
+    # so the 2.5th and 97.5th percentiles are exactly 0 and 1
+    assert bootstrap_ci([0.0, 1.0]) == (0.0, 1.0)
+    lo, hi = bootstrap_ci([5.0])
+    assert math.isnan(lo) and math.isnan(hi)
+
+
+def test_bootstrap_ci_is_the_seeded_percentile_bootstrap():
+    x = np.array([61.0, 70.0, 72.5, 80.0, 55.0])
+    lo, hi = bootstrap_ci(x, n_boot=5000, seed=7, confidence=0.9)
+    rng = np.random.default_rng(7)
+    means = x[rng.integers(0, 5, size=(5000, 5))].mean(axis=1)
+    assert (lo, hi) == tuple(np.percentile(means, [5.0, 95.0]))
+    assert bootstrap_ci(x, n_boot=5000, seed=7, confidence=0.9) == (lo, hi)  # reproducible
+    assert bootstrap_ci(x, n_boot=5000, seed=8, confidence=0.9) != (lo, hi)
+    assert lo <= x.mean() <= hi
+    assert x.min() <= lo < hi <= x.max()
+
+
+def test_iqm_matches_rliable_definition():
+    assert iqm([1, 2, 3, 4, 5, 6, 7, 8]) == 4.5  # drops 1, 2 and 7, 8
+    assert iqm([1.0, 2.0, 10.0]) == pytest.approx(13 / 3)  # n < 4: nothing trimmed
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(0)
+    for n in (4, 5, 7, 12, 30):
+        a = rng.normal(size=(n, 3))
+        assert iqm(a) == pytest.approx(stats.trim_mean(a, 0.25, axis=None))
+        assert np.allclose(iqm(a, axis=0), stats.trim_mean(a, 0.25, axis=0))
+
+
+def test_stratified_bootstrap():
+    assert stratified_bootstrap_ci(np.full((3, 6), 50.0)) == (50.0, 50.0)
+    m = np.arange(18, dtype=float).reshape(3, 6)
+    a = stratified_bootstrap_ci(m, n_boot=2000, seed=1)
+    assert a == stratified_bootstrap_ci(m, n_boot=2000, seed=1)
+    assert a[0] <= iqm(m) <= a[1]
+    assert all(math.isnan(v) for v in stratified_bootstrap_ci(m[:1]))
+    with pytest.raises(ValueError):
+        stratified_bootstrap_ci(np.zeros(4))
+
+
+def _runs():
+    rows = []
+    for seed, (sr, pick) in enumerate([(0.70, 0.9), (0.72, 0.8), (0.74, None)]):
+        r = {
+            "run_id": f"r{seed}", "model_size": "1.5B", "method_label": "GRPO", "method": "GRPO",
+            "variant": "", "env": "alfworld", "seed": seed, "in_progress": seed == 2,
+            "final.success_rate": sr, "final.score": float("nan"),
+        }  # fmt: skip
+        if pick is not None:
+            r["final.task.pick_and_place_simple"] = pick
+        rows.append(r)
+    rows.append({
+        "run_id": "w0", "model_size": "1.5B", "method_label": "GRPO", "method": "GRPO", "variant": "",
+        "env": "webshop", "seed": 0, "in_progress": False, "final.success_rate": 0.5, "final.score": 71.25,
+    })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_metrics_long_units_and_names():
+    long = metrics_long(_runs())
+    got = {(r.run_id, r.metric): r.value for r in long.itertuples()}
+    assert got[("r0", "success_all")] == pytest.approx(70.0)
+    assert got[("r1", "success_pick")] == pytest.approx(80.0)
+    assert ("r2", "success_pick") not in got  # missing -> no row, never 0
+    assert ("r0", "alfworld_score") not in got  # NaN score -> no row
+    assert got[("w0", "webshop_success")] == 50.0
+    assert got[("w0", "webshop_score")] == 71.25
+    with pytest.raises(ValueError):
+        metrics_long(_runs(), which="last")
+
+
+def test_aggregate_metrics_exact():
+    cells = aggregate_metrics(metrics_long(_runs()), n_boot=2000)
+    c = cells[cells["metric"] == "success_all"].iloc[0]
+    assert (c["n"], c["seeds"], bool(c["in_progress"])) == (3, "0,1,2", True)
+    assert c["mean"] == pytest.approx(72.0) and c["std"] == pytest.approx(2.0)
+    assert c["ci_low"] >= 70.0 - 1e-9 and c["ci_high"] <= 74.0 + 1e-9
+    p = cells[cells["metric"] == "success_pick"].iloc[0]
+    assert (p["n"], bool(p["in_progress"])) == (2, False)
+    assert p["mean"] == pytest.approx(85.0) and p["std"] == pytest.approx(math.sqrt(50.0))
+    w = cells[cells["metric"] == "webshop_score"].iloc[0]
+    assert w["n"] == 1 and w["mean"] == 71.25 and math.isnan(w["std"]) and math.isnan(w["ci_low"])
+    assert aggregate_metrics(metrics_long(_runs().iloc[:0])).empty
+
+
+def test_aggregate_iqm_over_runs_and_tasks():
+    rows = []
+    for seed in range(4):
+        for k, metric in enumerate(["success_pick", "success_look"]):
+            rows.append({"run_id": f"r{seed}", "model_size": "tiny", "method_label": "G2PO", "metric": metric,
+                         "value": float(10 * seed + k), "in_progress": False})  # fmt: skip
+    out = aggregate_iqm(pd.DataFrame(rows), n_boot=500)
+    r = out.iloc[0]
+    vals = np.array([0, 1, 10, 11, 20, 21, 30, 31], dtype=float)
+    assert (r["runs"], r["tasks"]) == (4, 2)
+    assert r["iqm"] == pytest.approx(vals[2:6].mean())
+    assert r["mean"] == pytest.approx(vals.mean())
+    assert r["ci_low"] <= r["iqm"] <= r["ci_high"]

@@ -1,0 +1,123 @@
+"""Figures and the end-to-end report on synthetic runs (partial, corrupt and in progress)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from analysis import figures as F
+from analysis.cli import add_report_arguments
+from analysis.load import load_runs
+from analysis.report import build_report, main, write_report
+from analysis.synthetic import make_eval, write_synthetic_run
+from results.rundir import atomic_write_text
+
+TYPES = [
+    "pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
+    "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place",
+]  # fmt: skip
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def alf(v: float) -> dict[str, float]:
+    return {t: v for t in TYPES}
+
+
+def write_runs(root, *, diagnostics=True):
+    for algo, level in (("grpo", 0.4), ("g2po", 0.6)):
+        for seed in (0, 1):
+            hist = [make_eval(i, level * i / 4 + 0.05 * seed, alf(level * i / 4)) for i in (2, 4)]
+            metrics = []
+            for i in range(1, 5):
+                rec = {"iteration": i, "time_s": float(i)}
+                if diagnostics and algo == "g2po":
+                    rec.update({"adv/singleton_frac": 0.08 + 0.01 * i, "adv/node_size_mean": 4.5 + 0.2 * i})
+                metrics.append(rec)
+            write_synthetic_run(root / f"{algo}-s{seed}", algorithm=algo, seed=seed, before=make_eval(0, 0.05, alf(0.05)),
+                                history=hist, final=hist[-1], metrics=metrics)  # fmt: skip
+    write_synthetic_run(root / "g2po-s2-running", algorithm="g2po", seed=2, state="running", iterations=4,
+                        history=[make_eval(2, 0.3, alf(0.3))], metrics=[{"iteration": i} for i in (1, 2, 3)])  # fmt: skip
+    bad = write_synthetic_run(root / "broken", algorithm="g2po", seed=9, final=make_eval(4, 0.5, alf(0.5)))
+    atomic_write_text(bad.config_path, "seed: [unclosed\n  : :")
+
+
+def test_figures_tolerate_missing_data(tmp_path):
+    write_runs(tmp_path / "runs", diagnostics=False)
+    loaded = load_runs(tmp_path / "runs")
+    out = tmp_path / "fig"
+    assert F.plot_learning_curves(loaded.evals, out / "lc.png").read_bytes().startswith(PNG)
+    assert F.plot_node_sizes(loaded.curves, out / "ns.png") is None
+    assert "adv/node_size" in F.figure_skip_reason("node_sizes")
+    assert F.plot_singleton_fraction(loaded.curves, out / "sf.png") is None
+    assert F.plot_w_sweep(loaded.runs, out / "w.png") is None
+    assert F.plot_ablation_ladder(loaded.runs, out / "a.png") is None
+    assert F.plot_learning_curves(loaded.evals.iloc[:0], out / "x.png") is None
+    assert not (out / "ns.png").exists() and not (out / "x.png").exists()
+
+
+def test_figures_with_sweeps_and_histograms(tmp_path):
+    root = tmp_path / "runs"
+    for seed in (0, 1):
+        for w in (0.5, 1.0):
+            write_synthetic_run(root / f"w{w}-{seed}", env="webshop", mode="mean_norm", step_weight=w, seed=seed,
+                                final=make_eval(4, 0.5 * w + 0.1 * seed, {"webshop": 0.5}, score=50.0),
+                                metrics=[{"iteration": 1, "adv/node_size_hist": {"1": 3, "2": 5, "5": 2}}])  # fmt: skip
+        write_synthetic_run(root / f"abl-{seed}", options={"aggregation": False}, seed=seed, final=make_eval(4, 0.3, alf(0.3)))
+        write_synthetic_run(root / f"full-{seed}", seed=seed, final=make_eval(4, 0.6, alf(0.6)))
+        write_synthetic_run(root / f"grpo-{seed}", algorithm="grpo", seed=seed, final=make_eval(4, 0.2, alf(0.2)))
+    loaded = load_runs(root)
+    out = tmp_path / "fig"
+    for fn, frame, name in (
+        (F.plot_w_sweep, loaded.runs, "w.png"),
+        (F.plot_ablation_ladder, loaded.runs, "a.png"),
+        (F.plot_node_sizes, loaded.curves, "ns.png"),
+    ):
+        p = fn(frame, out / name)
+        assert p is not None and p.read_bytes().startswith(PNG), name
+
+
+def test_report_end_to_end(tmp_path):
+    write_runs(tmp_path / "runs")
+    res = build_report(tmp_path / "runs", tmp_path / "out", n_boot=500)
+    report = res.report_path
+    assert report == tmp_path / "out" / "report.md" and report.exists()
+    text = report.read_text(encoding="utf-8")
+    for heading in ("## Table 1", "## Table 2", "confidence intervals", "IQM", "## Figures", "## What is missing"):
+        assert heading in text, heading
+    # tables are in the report, with ours beside the reference
+    assert "| Model | Method | Seeds | Pick | Pick ref. | Pick Δ |" in text
+    assert "| tiny | GRPO | 2 | 40.0 ± 0.0 | — | — |" in text
+    assert "| 1.5B | GRPO | — | — | 85.3 ± 1.5 | — |" in text
+    # the in-progress run counts, flagged
+    assert "| tiny | G2PO | 3 | 50.0 ± 17.3* |" in text
+    assert "`g2po-s2-running`: iteration 3/4" in text
+    # the broken run is listed as skipped with its reason
+    assert "`broken`: config.yaml does not parse" in text
+    # missing published cells are listed
+    assert "- Table 1, G2PO (1.5B): all 9 cells" in text
+    assert "- Table 2, G2PO (14B): all 2 cells" in text
+    out = tmp_path / "out"
+    for name in ("table1.md", "table1.tex", "table2.md", "table2.tex", "runs.csv", "cells.csv", "table1_cells.csv"):
+        assert (out / name).stat().st_size > 0, name
+    for fig in ("learning_curves", "node_sizes", "singleton_fraction"):
+        png = out / "figures" / f"{fig}.png"
+        assert png.read_bytes().startswith(PNG) and f"](figures/{fig}.png)" in text
+    assert "- w_sweep:" in text and "- ablation_ladder:" in text  # not drawn, with a reason
+    assert res.figures["w_sweep"] is None
+
+
+def test_report_on_empty_folder_and_cli(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    p = write_report(tmp_path / "empty", tmp_path / "r0", figures=False)
+    text = p.read_text(encoding="utf-8")
+    assert "Runs: 0 included" in text and "| 1.5B | G2PO | — | — | ≈97.2 | — |" in text
+    write_runs(tmp_path / "runs")
+    assert main([str(tmp_path / "runs"), "--out", str(tmp_path / "r1"), "--n-boot", "200", "--no-figures"]) == 0
+    assert (tmp_path / "r1" / "report.md").exists()
+    assert "skipped broken" in capsys.readouterr().out
+    assert main([str(tmp_path / "nope"), "--out", str(tmp_path / "r2")]) == 2
+    args = add_report_arguments(argparse.ArgumentParser()).parse_args(["results/runs"])
+    assert (args.results_dir, args.out, args.which, args.n_boot) == ("results/runs", None, "final", 10_000)
+    with pytest.raises(ValueError):
+        build_report(tmp_path / "runs", tmp_path / "r3", which="before")
