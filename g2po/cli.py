@@ -66,8 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     b = bsub.add_parser("advantages", help="advantage estimators: rows/s and ms per batch vs. the per-row oracle")
     b.add_argument("--sizes", nargs="*", default=None, help="row counts (default: reference batch, 1e5, 1e6)")
     b.add_argument("--repeats", type=int, default=5)
-    bsub.add_parser("alfworld", help="ALFWorld harness steps per second")
-    bsub.add_parser("webshop", help="WebShop environment, index and search speed")
+    for name, text in (("alfworld", "ALFWorld harness steps per second"),
+                       ("webshop", "WebShop environment, index and search speed")):
+        bp = bsub.add_parser(name, help=text, add_help=False)
+        bp.add_argument("extra", nargs=argparse.REMAINDER, help="arguments of the benchmark (--help)")
 
     from sweeps.cli import add_sweep_arguments
 
@@ -148,11 +150,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.bench_command == "alfworld":
                 from benchmarks.alfworld.bench import main as alf_main
 
-                return int(alf_main() or 0)
+                return int(alf_main(args.extra) or 0)
             if args.bench_command == "webshop":
                 from benchmarks.webshop.bench import main as ws_main
 
-                return int(ws_main() or 0)
+                return int(ws_main(args.extra) or 0)
     except ConfigError as exc:
         console.print(f"[red]config error:[/red] {exc}")
         return 2

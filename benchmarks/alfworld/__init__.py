@@ -1,0 +1,106 @@
+"""ALFWorld benchmark: the interface the rollout engine uses.
+
+- :func:`load_tasks` (``cfg: EnvConfig, split``) -> tasks: official/downloaded games from
+  ``cfg.data_dir`` (ALFWorld layout, e.g. ``../shared/data/alfworld``), or, when
+  ``cfg.data_dir`` is None, games generated offline into ``cfg.generated_dir``
+  (splits ``"train"`` and ``"eval"``; see :mod:`benchmarks.alfworld.generate`).
+- :func:`make_env` (``cfg``) -> :class:`AlfworldEnv` (the real textworld/alfworld engine).
+- :func:`build_prompt`, :func:`expert_response`: the verl-agent step prompt and short expert
+  responses for supervised warm starts; :func:`expert_actions`: a game's walkthrough.
+- :data:`TASK_TYPES` (Pick, Look, Clean, Heat, Cool, Pick2 order) and :data:`SHORT_NAMES`.
+
+Importing this package is cheap: alfworld/textworld are imported only when an engine is built
+or games are generated.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from benchmarks.alfworld.env import AlfworldEnv
+from benchmarks.alfworld.games import (
+    SHORT_NAMES,
+    TASK_TYPES,
+    AlfworldDataError,
+    available_splits,
+    find_games,
+    load_walkthrough,
+)
+from benchmarks.alfworld.prompt import build_prompt, expert_response
+from benchmarks.base import Task
+
+if TYPE_CHECKING:  # pragma: no cover
+    from g2po.config import EnvConfig
+
+__all__ = [
+    "TASK_TYPES",
+    "SHORT_NAMES",
+    "GENERATED_SPLIT_ALIASES",
+    "AlfworldEnv",
+    "AlfworldDataError",
+    "available_splits",
+    "find_games",
+    "load_walkthrough",
+    "load_tasks",
+    "make_env",
+    "build_prompt",
+    "expert_actions",
+    "expert_response",
+    "data_root",
+]
+
+#: for generated games (``cfg.data_dir`` None) these official split names select the generated
+#: held-out split ``"eval"`` (its floor plans are disjoint from ``"train"``'s), so configs written
+#: for the official data (``eval_split: valid_seen``) run unchanged on the embedded default.
+GENERATED_SPLIT_ALIASES = {"valid_seen": "eval", "valid_unseen": "eval"}
+
+
+def data_root(cfg: EnvConfig) -> Path:
+    """The games folder for ``cfg``: ``cfg.data_dir``, or the generated folder (generating the
+    games once if needed, see :func:`benchmarks.alfworld.generate.ensure_generated`)."""
+    if cfg.data_dir is not None:
+        return Path(cfg.data_dir)
+    from benchmarks.alfworld.generate import ensure_generated
+
+    return ensure_generated(cfg)
+
+
+def load_tasks(cfg: EnvConfig, split: str) -> list[Task]:
+    """Tasks of ``split``, filtered by ``cfg.task_types`` (empty = all six), sorted by task id.
+
+    Args:
+        cfg: the run's ``EnvConfig``.
+        split: a split folder name (``"valid_seen"``, ``"train"``, ...). With generated games the
+            splits are ``"train"`` and ``"eval"``; ``"valid_seen"``/``"valid_unseen"`` map to
+            ``"eval"`` (:data:`GENERATED_SPLIT_ALIASES`).
+
+    Raises:
+        AlfworldDataError: folder/split missing or no games (the message says what to run).
+    """
+    root = data_root(cfg)
+    if cfg.data_dir is None:
+        split = GENERATED_SPLIT_ALIASES.get(split, split)
+    return find_games(root, split, cfg.task_types or None)
+
+
+def make_env(cfg: EnvConfig) -> AlfworldEnv:
+    """A fresh :class:`AlfworldEnv` with ``cfg.state_key`` ("reference" or "raw"); cheap, no I/O."""
+    return AlfworldEnv(state_key=cfg.state_key)
+
+
+def expert_actions(task: Task) -> list[str]:
+    """The walkthrough stored in the task's game file (replaying it wins)."""
+    return load_walkthrough(task)
+
+
+def __getattr__(name: str) -> Any:  # lazy access to heavier helpers
+    if name in ("generate_games", "ensure_generated"):
+        from benchmarks.alfworld import generate
+
+        return getattr(generate, name)
+    if name in ("download_alfworld", "DataDownloadError"):
+        from benchmarks.alfworld import download
+
+        return getattr(download, name)
+    raise AttributeError(name)

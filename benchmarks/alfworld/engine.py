@@ -1,0 +1,282 @@
+"""The ALFWorld text engine: textworld's PDDL environment with ALFWorld's wrappers.
+
+This module is the only place that builds the real engine. It reproduces the wrapper stack of
+``alfworld.agents.environment.alfred_tw_env.AlfredTWEnv.init_env`` (alfworld 0.4.2) for one
+game at a time::
+
+    AlfredInfos(AlfredDemangler(textworld.envs.PddlEnv(EnvInfos(won, admissible_commands,
+                                                        extras=["gamefile"])), shuffle=False))
+
+``AlfredTWEnv`` registers its games with ``textworld.gym.register_games`` and lets the gym
+environment cycle through them; a rollout engine needs to reset to a *chosen* game instead, so
+we hold the same wrappers around one ``PddlEnv`` and call ``load(game_file)`` when the game
+changes (``shuffle=False`` = the evaluation setting: objects are numbered in sorted-id order).
+
+Speed (CPU time on a 2-core machine; ``python -m benchmarks.alfworld.bench``): the unmodified
+engine spends ~0.9 s per ``reset`` of an official kitchen in fast-downward's PDDL-to-SAS
+translation (run twice per reset) and ~60 ms per random ``step``, mostly re-parsing grammar
+snippets and conditions with TatSu and deep-copying derivation contexts. With
+:func:`install_caches` (same observations, see its docstring) a reset of a loaded official game
+takes ~0.08 s and a step ~7.5 ms CPU (official scenes) or ~2.5 ms (generated small scenes);
+loading a new official game still costs ~1 s once.
+
+Pitfalls handled here:
+- ``fast_downward.pddl2sas`` overwrites ``sys.argv`` (it fakes a command line for its option
+  parser); the cached wrapper restores it, so pytest/CLI arguments survive.
+- Importing ``alfworld`` creates ``~/.cache/alfworld`` unless ``ALFWORLD_DATA`` is set first:
+  :func:`ensure_alfworld_data_env` points it at a temporary folder when unset.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+import sys
+import tempfile
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "INTRO_BANNER",
+    "TASK_PREFIX",
+    "ensure_alfworld_data_env",
+    "install_caches",
+    "uninstall_caches",
+    "make_pddl_env",
+    "split_intro",
+    "wheel_logic_paths",
+]
+
+#: first line of every ALFWorld intro (``#intro#`` rule of the grammar).
+INTRO_BANNER = "-= Welcome to TextWorld, ALFRED! =-"
+#: the marker in front of the task sentence in the intro.
+TASK_PREFIX = "Your task is to: "
+
+#: entries kept in the PDDL->SAS and grammar memos (a full official scene costs ~2 MB of
+#: memory with both, a generated one much less). Override with env ``G2PO_ALFWORLD_SAS_CACHE``.
+SAS_CACHE_SIZE = int(os.environ.get("G2PO_ALFWORLD_SAS_CACHE", "128"))
+
+_ORIGINALS: dict[str, Any] = {}
+
+
+def ensure_alfworld_data_env() -> str:
+    """Set ``ALFWORLD_DATA`` (if unset) to ``<tmp>/g2po-alfworld`` before alfworld is imported.
+
+    Returns:
+        The value of ``ALFWORLD_DATA``. alfworld creates that folder at import; nothing is
+        downloaded or written there by this project.
+    """
+    if not os.environ.get("ALFWORLD_DATA"):
+        os.environ["ALFWORLD_DATA"] = str(Path(tempfile.gettempdir()) / "g2po-alfworld")
+    return os.environ["ALFWORLD_DATA"]
+
+
+def wheel_logic_paths() -> tuple[Path, Path]:
+    """Paths of the PDDL domain and the TextWorld grammar shipped in the alfworld wheel
+    (``alfworld/data/alfred.pddl`` and ``alfworld/data/alfred.twl2``)."""
+    ensure_alfworld_data_env()
+    from alfworld.info import ALFRED_PDDL_PATH, ALFRED_TWL2_PATH
+
+    return Path(ALFRED_PDDL_PATH), Path(ALFRED_TWL2_PATH)
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+
+
+def install_caches() -> None:
+    """Speed up the engine without changing its behaviour (idempotent, process-wide).
+
+    Memoized pure functions (keyed by their full text input):
+
+    - ``fast_downward.pddl2sas(domain, problem, verbose, optimize)`` -> ``(task, sas)``: LRU of
+      :data:`SAS_CACHE_SIZE` entries keyed by digests of domain and problem and ``optimize``;
+      ``sys.argv`` is restored after each real call. The cached ``task`` is only read by
+      ``textworld.envs.pddl.logic.PddlState``.
+    - ``textworld.envs.pddl.logic._parse_and_convert(text, rule_name)``: the TatSu parse of a
+      game's ``.twl2`` grammar into ``(actions, grammar)`` (same LRU size); ``GameLogic`` only
+      reads these (it copies the rules into its own grammar), so reloading a recently played
+      game skips the ~0.2 s parse.
+    - ``textworld.envs.pddl.textgen._parse_and_convert(text, rule_name)``: the TatSu parse of a
+      grammar snippet; a deep copy of the cached tree is returned on every call because the
+      deriver sets the symbols' contexts.
+    - ``textworld.logic._parse_and_convert(text, "conjunctiveQuery")`` (used by
+      ``Rule.parse_conjunctive_query`` for every grammar condition, e.g.
+      ``receptacleatlocation(r:receptacle, lend:location)``, at every step): a new list of the
+      cached propositions is returned (textworld's logic atoms are immutable ``__slots__``
+      objects). Other rule names are not cached.
+
+    Replaced helper: ``textworld.envs.pddl.textgen.copy_context`` deep-copies the ``variables``
+    (name -> ``EntityInfo``) and ``mapping`` (``Placeholder`` -> ``Variable``) dicts for every
+    symbol it derives; the replacement copies the two dicts but shares their values, which the
+    deriver only reads (``EntityInfo`` is written once at load by the demangler; placeholders and
+    variables are immutable). This is about half of a step's time.
+
+    ``tests/test_alfworld_env.py::test_caches_do_not_change_the_game`` checks that observations,
+    admissible actions and rewards are identical with and without these changes.
+    """
+    ensure_alfworld_data_env()
+    if _ORIGINALS:
+        return
+    import fast_downward
+    import textworld.envs.pddl.logic as pddl_logic
+    import textworld.envs.pddl.textgen as textgen
+    import textworld.logic as tw_logic
+
+    orig_sas = fast_downward.pddl2sas
+    orig_parse = textgen._parse_and_convert
+    orig_logic_parse = pddl_logic._parse_and_convert
+    orig_query_parse = tw_logic._parse_and_convert
+    orig_copy_context = textgen.copy_context
+    sas_cache: OrderedDict[tuple[bytes, bytes, bool], Any] = OrderedDict()
+    parse_cache: dict[tuple[str, Any], Any] = {}
+    logic_cache: OrderedDict[tuple[bytes, Any], Any] = OrderedDict()
+    query_cache: dict[str, list[Any]] = {}
+
+    def pddl2sas(domain: str, problem: str, verbose: bool = False, optimize: bool = False):
+        key = (_digest(domain), _digest(problem), bool(optimize))
+        hit = sas_cache.get(key)
+        if hit is not None:
+            sas_cache.move_to_end(key)
+            return hit
+        argv = list(sys.argv)
+        try:
+            result = orig_sas(domain, problem, verbose=verbose, optimize=optimize)
+        finally:
+            sys.argv[:] = argv
+        sas_cache[key] = result
+        while len(sas_cache) > SAS_CACHE_SIZE:
+            sas_cache.popitem(last=False)
+        return result
+
+    def parse_and_convert(text, rule_name=None, **kwargs):
+        if kwargs.get("trace"):
+            return orig_parse(text, rule_name=rule_name, **kwargs)
+        key = (text, rule_name)
+        tree = parse_cache.get(key)
+        if tree is None:
+            tree = orig_parse(text, rule_name=rule_name)
+            parse_cache[key] = tree
+        return copy.deepcopy(tree)
+
+    def logic_parse_and_convert(text, rule_name=None, **kwargs):
+        if kwargs:
+            return orig_logic_parse(text, rule_name=rule_name, **kwargs)
+        key = (_digest(text), rule_name)
+        hit = logic_cache.get(key)
+        if hit is None:
+            hit = orig_logic_parse(text, rule_name=rule_name)
+            logic_cache[key] = hit
+            while len(logic_cache) > SAS_CACHE_SIZE:
+                logic_cache.popitem(last=False)
+        else:
+            logic_cache.move_to_end(key)
+        return hit
+
+    def query_parse_and_convert(*args, **kwargs):
+        if kwargs.get("rule_name") != "conjunctiveQuery" or len(args) != 1 or len(kwargs) != 1:
+            return orig_query_parse(*args, **kwargs)
+        hit = query_cache.get(args[0])
+        if hit is None:
+            hit = orig_query_parse(*args, **kwargs)
+            if not isinstance(hit, list):
+                return hit
+            query_cache[args[0]] = hit
+        return list(hit)
+
+    def copy_context(context):
+        return {
+            "state": context["state"],
+            "facts": context["facts"],
+            "variables": dict(context["variables"]),
+            "mapping": dict(context["mapping"]),
+            "entity_infos": context["entity_infos"],
+        }
+
+    _ORIGINALS.update(
+        pddl2sas=orig_sas,
+        parse=orig_parse,
+        logic_parse=orig_logic_parse,
+        query_parse=orig_query_parse,
+        copy_context=orig_copy_context,
+    )
+    fast_downward.pddl2sas = pddl2sas
+    textgen._parse_and_convert = parse_and_convert
+    pddl_logic._parse_and_convert = logic_parse_and_convert
+    tw_logic._parse_and_convert = query_parse_and_convert
+    textgen.copy_context = copy_context
+
+
+def uninstall_caches() -> None:
+    """Undo :func:`install_caches` (for tests comparing the plain and the faster engine)."""
+    if not _ORIGINALS:
+        return
+    import fast_downward
+    import textworld.envs.pddl.logic as pddl_logic
+    import textworld.envs.pddl.textgen as textgen
+    import textworld.logic as tw_logic
+
+    fast_downward.pddl2sas = _ORIGINALS.pop("pddl2sas")
+    textgen._parse_and_convert = _ORIGINALS.pop("parse")
+    pddl_logic._parse_and_convert = _ORIGINALS.pop("logic_parse")
+    tw_logic._parse_and_convert = _ORIGINALS.pop("query_parse")
+    textgen.copy_context = _ORIGINALS.pop("copy_context")
+
+
+def make_pddl_env(*, planner: bool = False, caches: bool = True):
+    """Build the wrapped textworld PDDL environment (no game loaded yet).
+
+    Args:
+        planner: also request ``policy_commands`` (textworld re-plans with fast-downward from
+            the current state; ALFWorld's ``AlfredExpert(expert_type="planner")`` reads the
+            same field). Used by the generator to check solvability and get walkthroughs.
+        caches: install :func:`install_caches` first.
+
+    Returns:
+        ``AlfredInfos(AlfredDemangler(PddlEnv(...), shuffle=False))``; call ``load(path)`` then
+        ``reset()``; ``step(cmd)`` returns ``(state, score, done)``.
+
+    Raises:
+        ImportError: alfworld/textworld (or fast-downward) are not installed; the message names
+            the pinned versions.
+    """
+    ensure_alfworld_data_env()
+    try:
+        import textworld
+        from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
+        from textworld.envs import PddlEnv
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ImportError(
+            "the ALFWorld engine needs `alfworld==0.4.2` and `textworld==1.7.0` "
+            f"(pip install alfworld==0.4.2): {exc}"
+        ) from exc
+    if caches:
+        install_caches()
+    infos = textworld.EnvInfos(
+        won=True, admissible_commands=True, policy_commands=planner, extras=["gamefile"]
+    )
+    return AlfredInfos(AlfredDemangler(PddlEnv(infos), shuffle=False))
+
+
+def split_intro(feedback: str) -> tuple[str, str]:
+    """Split ALFWorld's reset text into (observation, task).
+
+    ``"-= Welcome to TextWorld, ALFRED! =-\\n\\nYou are in the middle of a room. ...\\n\\n
+    Your task is to: put a clean egg in microwave."`` ->
+    ``("You are in the middle of a room. ...", "put a clean egg in microwave.")``.
+    The task is taken like verl-agent's ``extract_task``: everything after
+    ``"Your task is to: "``, stripped.
+
+    Raises:
+        ValueError: the text holds no ``"Your task is to: "``.
+    """
+    idx = feedback.find(TASK_PREFIX)
+    if idx < 0:
+        raise ValueError(f"no {TASK_PREFIX!r} in the ALFWorld intro: {feedback[:200]!r}")
+    task = feedback[idx + len(TASK_PREFIX) :].strip()
+    obs = feedback[:idx]
+    if obs.lstrip().startswith(INTRO_BANNER):
+        obs = obs.lstrip()[len(INTRO_BANNER) :]
+    return obs.strip(), task

@@ -1,0 +1,142 @@
+"""The real ALFWorld engine behind AlfworldEnv, on the official valid_seen games."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+from pathlib import Path
+
+import pytest
+
+from benchmarks.alfworld import TASK_TYPES, expert_actions, make_env
+from benchmarks.alfworld.engine import install_caches, split_intro, uninstall_caches
+from benchmarks.alfworld.env import AlfworldEnv
+from benchmarks.alfworld.games import find_games
+from benchmarks.alfworld.state_keys import format_state_text
+from benchmarks.base import Task
+from g2po.config import EnvConfig
+
+pytestmark = pytest.mark.shared_data
+
+
+@pytest.fixture(scope="module")
+def tasks(shared_data: Path) -> list[Task]:
+    path = shared_data / "alfworld"
+    if not (path / "json_2.1.1" / "valid_seen").is_dir():
+        msg = f"ALFWorld shared data not found at {path}"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return find_games(path, "valid_seen")
+
+
+@pytest.fixture(scope="module")
+def env() -> AlfworldEnv:
+    e = AlfworldEnv(state_key="reference")
+    yield e
+    e.close()
+
+
+def _shortest(tasks: list[Task], task_type: str) -> Task:
+    """The game of a type with the fewest receptacles (fastest to load)."""
+    of_type = [t for t in tasks if t.task_type == task_type]
+    return min(of_type, key=lambda t: Path(t.payload).stat().st_size)
+
+
+@pytest.mark.parametrize("task_type", TASK_TYPES)
+def test_walkthrough_wins(tasks, env, task_type):
+    task = _shortest(tasks, task_type)
+    obs = env.reset(task)
+    assert obs.text.startswith(
+        "You are in the middle of a room. Looking quickly around you, you see "
+    )
+    assert obs.instruction.endswith(".") and "Your task is to" not in obs.instruction
+    assert obs.reward == 0.0 and not obs.done and not obs.won
+    assert obs.admissible_actions and "help" not in obs.admissible_actions
+    assert obs.state_key == format_state_text(obs.text, obs.admissible_actions)
+    walkthrough = expert_actions(task)
+    for i, action in enumerate(walkthrough):
+        obs = env.step(action)
+        assert obs.text != "Nothing happens.", action
+        last = i == len(walkthrough) - 1
+        assert obs.done == last and obs.won == last
+    assert obs.reward == 1.0
+    with pytest.raises(RuntimeError):
+        env.step("look")
+
+
+def test_invalid_action_and_reset_switching(tasks, env):
+    pick = _shortest(tasks, "pick_and_place_simple")
+    look = _shortest(tasks, "look_at_obj_in_light")
+    obs0 = env.reset(pick)
+    bad = env.step("put the thing somewhere</action")
+    assert bad.text == "Nothing happens."
+    assert not bad.done and bad.reward == 0.0
+    assert bad.state_key == obs0.state_key  # reference key: self-loop
+    assert bad.admissible_actions == obs0.admissible_actions
+    first = expert_actions(pick)[0]
+    moved = env.step(first)
+    assert moved.text.startswith("You arrive at")
+    obs_look = env.reset(look)
+    assert obs_look.instruction != obs0.instruction
+    again = env.reset(pick)  # back to the first game: identical start
+    assert (again.text, again.instruction, again.admissible_actions, again.state_key) == (
+        obs0.text,
+        obs0.instruction,
+        obs0.admissible_actions,
+        obs0.state_key,
+    )
+    intro_text, task = split_intro(again.info["intro"])
+    assert (intro_text, task) == (again.text, again.instruction)
+
+
+def test_raw_key_config_and_pickling(tasks):
+    env = make_env(EnvConfig(state_key="raw"))
+    clone = pickle.loads(pickle.dumps(env))
+    task = _shortest(tasks, "pick_two_obj_and_place")
+    obs = clone.reset(task)
+    assert obs.state_key == obs.text
+    assert clone.step("nonsense").state_key == "Nothing happens."
+    clone.close()
+    with pytest.raises(ValueError):
+        make_env(EnvConfig(state_key="bogus"))
+
+
+def test_caches_do_not_change_the_game(tasks):
+    """The engine speed-ups (memoized parsing/translation, shallow context copies) give the
+    same observations, admissible actions, keys and rewards as the plain engine."""
+    task = min(tasks, key=lambda t: Path(t.payload).stat().st_size)  # a small bathroom
+    walkthrough = expert_actions(task)
+
+    def play(e: AlfworldEnv, actions: list[str] | None) -> tuple[list[tuple], list[str]]:
+        rng = random.Random(0)
+        o = e.reset(task)
+        out = [(o.text, tuple(o.admissible_actions), o.state_key)]
+        taken: list[str] = []
+        for i in range(len(actions) if actions is not None else 24):
+            if actions is not None:
+                a = actions[i]
+            elif i % 3 == 2 and i // 3 < len(walkthrough):
+                a = walkthrough[i // 3]
+            else:
+                a = rng.choice([*o.admissible_actions, "help", "nonsense"])
+            taken.append(a)
+            o = e.step(a)
+            out.append((o.text, tuple(o.admissible_actions), o.state_key, o.reward, o.done))
+            if o.done:
+                break
+        return out, taken
+
+    uninstall_caches()
+    try:
+        plain_env = AlfworldEnv(caches=False)
+        plain, actions = play(plain_env, None)
+        plain_env.close()
+    finally:
+        install_caches()
+    cached_env = AlfworldEnv(caches=True)
+    assert play(cached_env, actions)[0] == plain
+    assert play(cached_env, actions)[0] == plain  # second reset: translation served from the cache
+    cached_env.close()
+    assert len(actions) >= 10

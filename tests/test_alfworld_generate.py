@@ -1,0 +1,116 @@
+"""Offline ALFWorld game generator: solvable games of all six types whose walkthrough wins,
+deterministic, train/eval floor plans disjoint, cached generation for the embedded default."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from benchmarks.alfworld import TASK_TYPES, expert_actions, load_tasks
+from benchmarks.alfworld.env import AlfworldEnv
+from benchmarks.alfworld.games import find_games
+from benchmarks.alfworld.generate import ensure_generated, generate_games
+from g2po.config import EnvConfig
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> tuple[Path, list[Path]]:
+    out = tmp_path_factory.mktemp("alfgen")
+    paths = generate_games(out, "train", 6, seed=3, max_receptacles=4, workers=1)
+    return out, paths
+
+
+def test_all_six_types_solvable_and_winning(generated):
+    out, paths = generated
+    assert len(paths) == 6
+    tasks = find_games(out, "train")
+    assert [
+        t.task_type for t in sorted(tasks, key=lambda t: int(t.task_id.rsplit("_", 1)[1]))
+    ] == list(TASK_TYPES)
+    env = AlfworldEnv()
+    for task in tasks:
+        game = json.loads(Path(task.payload).read_text())
+        assert set(game) == {"pddl_domain", "grammar", "pddl_problem", "solvable", "walkthrough"}
+        assert game["solvable"] is True and game["walkthrough"]
+        assert "UNKNOWN GOAL" not in game["grammar"] and "(:goal" in game["pddl_problem"]
+        traj = json.loads((Path(task.payload).parent / "traj_data.json").read_text())
+        assert traj["task_type"] == task.task_type
+        assert traj["pddl_params"]["object_target"] in task.task_id
+        assert traj["scene"]["floor_plan"].startswith("FloorPlan")
+        obs = env.reset(task)
+        assert obs.text.startswith("You are in the middle of a room.")
+        n_receptacles = len(re.findall(r" \d+[,.]", obs.text))
+        assert n_receptacles <= 4 + 1, (task.task_id, obs.text)  # max_receptacles + appliance
+        assert not obs.won
+        for action in expert_actions(task):
+            assert action in obs.admissible_actions
+            obs = env.step(action)
+        assert obs.won and obs.done and obs.reward == 1.0
+    env.close()
+
+
+def test_sink_basin_naming(generated):
+    out, _ = generated
+    clean = find_games(out, "train", ["pick_clean_then_place_in_recep"])[0]
+    text = AlfworldEnv().reset(clean).text
+    assert "sinkbasin 1" in text and "sinkbasinbasin" not in text
+
+
+def test_deterministic(generated, tmp_path):
+    out, paths = generated
+    again = generate_games(tmp_path, "train", 2, seed=3, max_receptacles=4, workers=1)
+    for a, b in zip(paths[:2], again):
+        assert a.relative_to(out) == b.relative_to(tmp_path)
+        assert a.read_bytes() == b.read_bytes()
+        assert (
+            json.loads((a.parent / "traj_data.json").read_text())["pddl_params"]
+            == json.loads((b.parent / "traj_data.json").read_text())["pddl_params"]
+        )
+    other = generate_games(tmp_path / "other", "train", 1, seed=4, max_receptacles=4, workers=1)
+    assert other[0].read_bytes() != paths[0].read_bytes()
+
+
+def _floor_plan(path: Path) -> int:
+    return int(re.search(r"-(\d+)$", path.parent.parent.name).group(1))
+
+
+def test_ensure_generated_cache_and_split_plans(tmp_path):
+    cfg = EnvConfig(
+        generated_dir=str(tmp_path / "gen"),
+        generated_train_games=3,
+        generated_eval_games=2,
+        generated_max_receptacles=3,
+        task_types=["pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep"],
+    )
+    root = ensure_generated(cfg, workers=1, progress=False)
+    manifest = json.loads((root / "manifest.json").read_text())
+    assert manifest["settings"]["train_games"] == 3 and manifest["seconds_per_game"] > 0
+    train = load_tasks(cfg, "train")
+    evals = load_tasks(cfg, "eval")
+    assert len(train) == 3 and len(evals) == 2
+    assert load_tasks(cfg, "valid_seen") == evals  # official split names alias the eval split
+    assert {t.task_type for t in train} == set(cfg.task_types)
+    train_plans = {_floor_plan(Path(t.payload)) for t in train}
+    eval_plans = {_floor_plan(Path(t.payload)) for t in evals}
+    assert train_plans.isdisjoint(eval_plans)
+    assert eval_plans <= {1, 2, 3, 4, 5, 6}  # ALFRED's held-out kitchens
+    stamp = (root / "manifest.json").stat().st_mtime_ns
+    assert ensure_generated(cfg, workers=1, progress=False) == root  # cached
+    assert (root / "manifest.json").stat().st_mtime_ns == stamp
+    cfg.generated_eval_games = 1  # settings changed -> regenerated in place
+    ensure_generated(cfg, workers=1, progress=False)
+    assert len(load_tasks(cfg, "eval")) == 1
+    assert not list(tmp_path.glob(".gen.*"))  # temporary folders cleaned up
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(ValueError):
+        generate_games(tmp_path, "train", 1, 0, 4, ["bogus"])
+    with pytest.raises(ValueError):
+        generate_games(tmp_path, "train", 1, 0, 1)
+    assert generate_games(tmp_path, "train", 0, 0, 4) == []
