@@ -68,8 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeats", type=int, default=5)
     for name, text in (("alfworld", "ALFWorld harness steps per second"),
                        ("webshop", "WebShop environment, index and search speed")):
-        bp = bsub.add_parser(name, help=text, add_help=False)
-        bp.add_argument("extra", nargs=argparse.REMAINDER, help="arguments of the benchmark (--help)")
+        bsub.add_parser(name, help=text + " (arguments: g2po bench " + name + " --help)")
 
     from sweeps.cli import add_sweep_arguments
 
@@ -84,6 +83,14 @@ def _load(args):
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) >= 2 and argv[0] == "bench" and argv[1] in ("alfworld", "webshop"):
+        # the environment benchmarks own their arguments (g2po bench webshop --help)
+        if argv[1] == "alfworld":
+            from benchmarks.alfworld.bench import main as env_bench
+        else:
+            from benchmarks.webshop.bench import main as env_bench
+        return int(env_bench(argv[2:]) or 0)
     parser = build_parser()
     args = parser.parse_args(argv)
     from rich.console import Console
@@ -147,14 +154,6 @@ def main(argv: list[str] | None = None) -> int:
                 if args.sizes:
                     bench_argv += ["--sizes", *args.sizes]
                 return int(bench_main(bench_argv) or 0)
-            if args.bench_command == "alfworld":
-                from benchmarks.alfworld.bench import main as alf_main
-
-                return int(alf_main(args.extra) or 0)
-            if args.bench_command == "webshop":
-                from benchmarks.webshop.bench import main as ws_main
-
-                return int(ws_main(args.extra) or 0)
     except ConfigError as exc:
         console.print(f"[red]config error:[/red] {exc}")
         return 2
