@@ -159,10 +159,11 @@ def response_logprobs(model, packed: dict[str, torch.Tensor], *, temperature: fl
     """
     p = packed["prompt_len"]
     r = packed["response_mask"].shape[1]
+    # logits at position k predict token k+1: response token j (column p+j) is predicted at
+    # p+j-1, so only the last r+1 positions need the LM head (``logits_to_keep``)
     out = model(input_ids=packed["input_ids"], attention_mask=packed["attention_mask"],
-                position_ids=packed["position_ids"], use_cache=False)
-    # logits at position k predict token k+1: response token j (column p+j) is predicted at p+j-1
-    logits = out.logits[:, p - 1:p - 1 + r, :].float()
+                position_ids=packed["position_ids"], use_cache=False, logits_to_keep=r + 1)
+    logits = out.logits[:, :r, :].float()
     if temperature != 1.0:
         logits = logits / temperature
     logp_all = F.log_softmax(logits, dim=-1)

@@ -73,7 +73,7 @@ def supervised_finetune(
             torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
             opt.step()
             sched.step()
-            losses.append(float(loss))
+            losses.append(float(loss.detach()))
             done += 1
             if progress is not None:
                 progress(done, total, losses[-1])
