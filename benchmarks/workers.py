@@ -4,6 +4,8 @@ Each worker process holds the environments of some slots (slot i lives in worker
 and executes the reset/step commands for its slots in order; the workers run in parallel.
 Workers limit BLAS/OpenMP to one thread each.
 
+A worker exits with its parent process, even when the parent is killed with SIGKILL.
+
 Failure handling (DEVELOPERS.md "Standards": a crashing environment is restarted and its
 episode recorded as failed):
 
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
+import sys
 import traceback
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +45,32 @@ def _make_env(benchmark: str, env_cfg: Any):
     return get_benchmark(benchmark).make_env(env_cfg)
 
 
-def _worker_main(conn, benchmark: str, env_cfg: Any) -> None:
+def _die_with_parent() -> None:
+    """Make this (forked) worker exit when its parent dies, and drop inherited handlers.
+
+    A forked child inherits the parent's signal handlers (e.g. Submitit's, which ignore
+    SIGTERM) and its copies of sibling workers' pipes, so it would not notice a SIGKILL of the
+    trainer. On Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` ends it with the parent.
+    """
+    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT):
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):  # pragma: no cover
+            pass
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+        except OSError:  # pragma: no cover
+            pass
+
+
+def _worker_main(conn, benchmark: str, env_cfg: Any, parent_pid: int) -> None:
+    _die_with_parent()
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(0)
     for var in _THREAD_VARS:
         os.environ[var] = "1"
     try:  # torch may already be imported in a forked child
@@ -126,7 +155,7 @@ class EnvPool:
 
     def _start(self, w: int) -> None:
         parent, child = self._ctx.Pipe()
-        proc = self._ctx.Process(target=_worker_main, args=(child, self.benchmark, self.env_cfg),
+        proc = self._ctx.Process(target=_worker_main, args=(child, self.benchmark, self.env_cfg, os.getpid()),
                                  daemon=True, name=f"env-worker-{w}")
         proc.start()
         child.close()

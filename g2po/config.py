@@ -75,6 +75,9 @@ class EnvConfig:
     generated_train_games: int = 48
     generated_eval_games: int = 24
     generated_max_receptacles: int = 6
+    # "seen": eval games on the training floor plans (new games, like ALFWorld's valid_seen,
+    # the papers' in-distribution split); "unseen": ALFRED's held-out floor plans (valid_unseen)
+    generated_eval_scenes: str = "seen"
     generated_seed: int = 0
     webshop_observation_mode: str = "text"  # "text" | "text_rich"
 
@@ -256,6 +259,7 @@ def validate_config(cfg: RunConfig) -> None:
 
     need(cfg.env.name in ("alfworld", "webshop", "toy"), "env.name", f"{cfg.env.name!r}; choose alfworld, webshop or toy")
     need(cfg.env.state_key in ("reference", "raw"), "env.state_key", "choose reference or raw")
+    need(cfg.env.generated_eval_scenes in ("seen", "unseen"), "env.generated_eval_scenes", "choose seen or unseen")
     need(cfg.env.max_steps >= 1, "env.max_steps", "must be >= 1")
     need(cfg.env.history_length >= 0, "env.history_length", "must be >= 0")
     need(cfg.env.num_workers >= 0, "env.num_workers", "must be >= 0 (0 = as many as cores)")

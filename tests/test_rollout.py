@@ -93,3 +93,33 @@ def test_dead_worker_process_is_restarted():
         ok = collect_rollouts(ScriptedPolicy([act("go east")]), pool, TOY, tasks, group_size=2,
                               max_steps=5, temperature=1.0, max_new_tokens=8, seed=0)
         assert ok.success_rate == 1.0
+
+
+def test_workers_exit_when_the_parent_is_killed(tmp_path):
+    """A SIGKILLed trainer leaves no orphaned environment workers behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import time\n"
+        "from benchmarks.workers import EnvPool\n"
+        "pool = EnvPool('toy', None, 2)\n"
+        "print(' '.join(str(w.process.pid) for w in pool._workers), flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    pids = [int(p) for p in proc.stdout.readline().split()]
+    assert len(pids) == 2
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.time() + 10
+    alive = pids
+    while alive and time.time() < deadline:
+        alive = [p for p in alive if os.path.exists(f"/proc/{p}") and
+                 "Z" not in open(f"/proc/{p}/stat").read().split()[2]]
+        time.sleep(0.1)
+    assert alive == []

@@ -219,9 +219,10 @@ def _scene(number: int) -> _Scene | None:
     return scene
 
 
-def _scene_pool(split: str) -> tuple[int, ...]:
+def _scene_pool(scenes: str) -> tuple[int, ...]:
+    """Floor plans of ``scenes``: "train" (ALFRED's training floor plans) or "test" (held out)."""
     a = _assets()
-    return a.train_scenes if split == "train" else a.test_scenes
+    return a.train_scenes if scenes == "train" else a.test_scenes
 
 
 # ---------------------------------------------------------------------------- sampling
@@ -460,10 +461,10 @@ def _game_seed(
     return int.from_bytes(hashlib.sha256(blob.encode()).digest()[:8], "big")
 
 
-def _generate_one(job: tuple[str, str, int, int, str, int]) -> tuple[int, str, float, int, float]:
+def _generate_one(job: tuple[str, str, int, int, str, int, str]) -> tuple[int, str, float, int, float]:
     """Generate, solve and verify game ``k``; returns (k, game file, wall seconds, attempts,
     CPU seconds)."""
-    out_dir, split, seed, k, task_type, max_receptacles = job
+    out_dir, split, seed, k, task_type, max_receptacles, scenes = job
     from benchmarks.alfworld.env import AlfworldEnv
     from benchmarks.base import Task
 
@@ -473,7 +474,7 @@ def _generate_one(job: tuple[str, str, int, int, str, int]) -> tuple[int, str, f
         _WORKER["planner"] = make_pddl_env(planner=True)
         _WORKER["player"] = AlfworldEnv(state_key="raw")
     planner, player = _WORKER["planner"], _WORKER["player"]
-    pool = _scene_pool(split)
+    pool = _scene_pool(scenes)
     last_error = "no attempt"
     for attempt in range(MAX_ATTEMPTS):
         rng = random.Random(_game_seed(seed, split, k, task_type, max_receptacles, attempt))
@@ -566,6 +567,7 @@ def generate_games(
     *,
     workers: int = 0,
     progress: bool = False,
+    scenes: str | None = None,
 ) -> list[Path]:
     """Generate ``num_games`` verified games of ``split`` into ``out_dir`` (ALFWorld layout).
 
@@ -580,6 +582,10 @@ def generate_games(
         task_types: subset of :data:`TASK_TYPES` (None/empty = all six), assigned round robin.
         workers: processes; 0 = one per CPU core (capped by the number of games), 1 = in-process.
         progress: show a tqdm progress bar.
+        scenes: floor plans to draw from: ``"train"`` (ALFRED's training floor plans) or
+            ``"test"`` (its held-out ones); None = by split name as described above. Games of
+            another split name on the training floor plans are still new games (the split name
+            enters every game's seed), like ALFWorld's ``valid_seen``.
 
     Returns:
         Paths of the ``game.tw-pddl`` files, in index order.
@@ -595,9 +601,13 @@ def generate_games(
         raise ValueError("num_games must be >= 0")
     if max_receptacles < 2:
         raise ValueError("max_receptacles must be >= 2")
+    if scenes is None:
+        scenes = "train" if split == "train" else "test"
+    if scenes not in ("train", "test"):
+        raise ValueError(f"scenes must be 'train' or 'test', got {scenes!r}")
     out_dir = Path(out_dir)
     jobs = [
-        (str(out_dir), split, int(seed), k, types[k % len(types)], int(max_receptacles))
+        (str(out_dir), split, int(seed), k, types[k % len(types)], int(max_receptacles), scenes)
         for k in range(num_games)
     ]
     if not jobs:
@@ -612,7 +622,7 @@ def generate_games(
             results.append(_generate_one(job))
             bar.update(1)
     else:
-        _warm_up(split)  # forked workers inherit the parsed assets and grammar caches
+        _warm_up(scenes)  # forked workers inherit the parsed assets and grammar caches
         with ProcessPoolExecutor(max_workers=n_workers, mp_context=_mp_context()) as ex:
             for res in ex.map(_generate_one, jobs, chunksize=max(1, len(jobs) // (4 * n_workers))):
                 results.append(res)
@@ -643,13 +653,13 @@ def generate_games(
     return [Path(r[1]) for r in results]
 
 
-def _warm_up(split: str) -> None:
-    """Load the wheel assets, the split's floor plans and parse the grammar once."""
+def _warm_up(scenes: str) -> None:
+    """Load the wheel assets, the floor plans of ``scenes`` and parse the grammar once."""
     install_caches()
     import textworld.envs.pddl.logic as pddl_logic
 
     a = _assets()
-    for n in _scene_pool(split):
+    for n in _scene_pool(scenes):
         _scene(n)
     pddl_logic.GameLogic(domain=a.domain, grammar=a.grammar)
 
@@ -707,6 +717,7 @@ def generated_settings(cfg: Any) -> dict[str, Any]:
         "eval_games": int(cfg.generated_eval_games),
         "max_receptacles": int(cfg.generated_max_receptacles),
         "task_types": types,
+        "eval_scenes": str(getattr(cfg, "generated_eval_scenes", "unseen")),
     }
 
 
@@ -764,6 +775,7 @@ def ensure_generated(cfg: Any, *, workers: int = 0, progress: bool = True) -> Pa
                 settings["task_types"],
                 workers=workers,
                 progress=progress,
+                scenes="train" if split == "train" or settings["eval_scenes"] == "seen" else "test",
             )
             stats[split] = last_generation_stats()
             (tmp / DATA_FOLDER / split).mkdir(parents=True, exist_ok=True)

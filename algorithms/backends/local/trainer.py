@@ -168,7 +168,11 @@ class LocalTrainer:
                     self.critic = ValueModel.from_policy(self.model, lr=cfg.train.value_lr)
                 if self._resume_state is not None:
                     self._load_checkpoint(self._resume_state)
+                    self.run.write_status("running", self.start_iteration - 1, total)
                 else:
+                    # a fresh start (also resume=true without a checkpoint): drop what an
+                    # earlier attempt of this run may have logged before its first checkpoint
+                    self.run.truncate_metrics(0)
                     if setup_stats:
                         atomic_write_json(self.run.root / "setup.json", {**setup_stats,
                                           "setup_seconds": time.time() - t_setup})

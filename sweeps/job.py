@@ -1,0 +1,289 @@
+"""What runs inside a Submitit job: claim a run, train it (resuming), release it.
+
+:class:`SweepJob` is the submitted callable: a :class:`submitit.helpers.Checkpointable` that
+trains one run (Slurm: one array task per run) or a few runs one after the other (the local
+executor: one job per concurrency slot). For each run it
+
+1. skips it if ``status.json`` already says ``done``;
+2. claims it (:mod:`sweeps.claims`): if a live job holds the claim the run is skipped, so two
+   launches of the same spec never train a configuration twice;
+3. builds the config from the resolved YAML validated at launch time, with
+   ``run_id`` pinned, ``output_dir=<sweep>/runs`` and ``resume=true``: the local trainer
+   continues from ``checkpoints/latest`` when one exists (after preemption, a timeout, a kill)
+   and starts fresh otherwise (then a ``metrics.jsonl`` left by a run killed before its first
+   checkpoint is emptied first, so every iteration appears exactly once);
+4. calls :func:`g2po.train.run_train` and records the outcome in ``<sweep>/events.jsonl``.
+
+Preemption and timeouts: Slurm sends USR2 ``signal_delay_s`` before the end; Submitit calls
+:meth:`SweepJob.checkpoint`, which returns the same job marked ``resumed`` (the trainer has
+already checkpointed: it writes one every ``train.checkpoint_every`` iterations), and requeues
+it; the requeued job resumes from the last checkpoint, losing at most the iterations since.
+
+Allocation passed to the trainer backend (exported on every node before the run starts;
+the OpenRLHF backend reads these to start Ray on the allocation):
+
+=========================  ===============================================================
+``G2PO_SWEEP_CLUSTER``     ``slurm`` | ``local`` | ``debug``
+``G2PO_NUM_NODES``         nodes of the allocation
+``G2PO_NODE_RANK``         this node's rank (0 = head; only rank 0 calls ``run_train``)
+``G2PO_NODELIST``          comma-separated host names, head first
+``G2PO_HEAD_NODE``         host name of rank 0
+``G2PO_GPUS_PER_NODE``     GPUs per node (``resources.gpus``)
+``G2PO_CPUS_PER_TASK``     CPUs of the task (``resources.cpus``; also ``OMP_NUM_THREADS``
+                           when unset)
+``G2PO_MEM_GB``            memory of the task
+``G2PO_RAY_ADDRESS``       ``<head>:<G2PO_RAY_PORT or 6379>`` (the Ray head the backend
+                           starts on rank 0)
+=========================  ===============================================================
+
+Ranks > 0 (multi-node) do not train: with ``backend=openrlhf`` they join the head's Ray
+cluster (``ray start --address=$G2PO_RAY_ADDRESS --block``) and return when it goes away.
+"""
+
+from __future__ import annotations
+
+import _thread
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import submitit
+import yaml
+
+from results.rundir import RunDir, append_jsonl, atomic_write_text
+
+__all__ = ["RunTask", "SweepJob", "export_allocation", "log_event"]
+
+
+@dataclass
+class RunTask:
+    """Everything a job needs to train one run (picklable, self-contained)."""
+
+    run_id: str
+    config_yaml: str  # resolved and validated at launch
+    sweep_dir: str
+    workdir: str  # the launch directory: relative paths of the config resolve against it
+    resources: dict[str, Any] = field(default_factory=dict)
+    cluster: str = "local"
+
+    @property
+    def runs_dir(self) -> Path:
+        return Path(self.sweep_dir) / "runs"
+
+    @property
+    def claims_dir(self) -> Path:
+        return Path(self.sweep_dir) / "claims"
+
+
+def log_event(sweep_dir: str | os.PathLike, **record: Any) -> None:
+    """Append one event to ``<sweep>/events.jsonl`` (never fails the job)."""
+    record.setdefault("time", time.time())
+    with contextlib.suppress(OSError):
+        append_jsonl(Path(sweep_dir) / "events.jsonl", record)
+
+
+def export_allocation(resources: dict[str, Any], cluster: str) -> dict[str, str]:
+    """Export the ``G2PO_*`` allocation variables (see the module docstring); returns them."""
+    try:
+        env = submitit.JobEnvironment()
+        hosts = list(env.hostnames)
+        num_nodes, node = int(env.num_nodes), int(env.node)
+    except RuntimeError:  # not inside a Submitit job (direct call)
+        hosts, num_nodes, node = [socket.gethostname()], 1, 0
+    if not hosts:
+        hosts = [socket.gethostname()]
+    port = os.environ.get("G2PO_RAY_PORT", "6379")
+    values = {
+        "G2PO_SWEEP_CLUSTER": cluster,
+        "G2PO_NUM_NODES": str(num_nodes),
+        "G2PO_NODE_RANK": str(node),
+        "G2PO_NODELIST": ",".join(hosts),
+        "G2PO_HEAD_NODE": hosts[0],
+        "G2PO_GPUS_PER_NODE": str(int(resources.get("gpus", 0))),
+        "G2PO_CPUS_PER_TASK": str(int(resources.get("cpus", 1))),
+        "G2PO_MEM_GB": f"{float(resources.get('mem_gb', 0)):g}",
+        "G2PO_RAY_ADDRESS": f"{hosts[0]}:{port}",
+    }
+    os.environ.update(values)
+    os.environ.setdefault("OMP_NUM_THREADS", values["G2PO_CPUS_PER_TASK"])
+    return values
+
+
+def _has_checkpoint(run: RunDir) -> int | None:
+    """Iteration of the checkpoint a resume would load (``latest`` or a leftover ``latest.old``)."""
+    for d in (run.checkpoint_dir, run.checkpoint_dir.with_name(run.checkpoint_dir.name + ".old")):
+        f = d / "trainer_state.json"
+        if f.exists():
+            try:
+                return int(json.loads(f.read_text())["iteration"])
+            except (ValueError, KeyError, json.JSONDecodeError):
+                return None
+    return None
+
+
+def _interrupt_main(claim) -> None:  # pragma: no cover - only when another job stole the claim
+    print(f"[g2po sweep] claim {claim.path} was taken over by another job: stopping", file=sys.stderr,
+          flush=True)
+    _thread.interrupt_main()
+
+
+def _task_config(task: RunTask, load_config):
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
+        fh.write(task.config_yaml)
+        cfg_file = fh.name
+    try:
+        return load_config(cfg_file, [f"run_id={task.run_id}", f"output_dir={task.runs_dir}", "resume=true"])
+    finally:
+        os.unlink(cfg_file)
+
+
+def train_one(task: RunTask, console=None) -> dict[str, Any]:
+    """Claim and train one run; returns ``{"run_id", "state": done|failed|skipped, ...}``."""
+    from sweeps.claims import acquire, describe_owner
+
+    run = RunDir(task.runs_dir / task.run_id)
+    st = run.read_status()
+    if st and st.get("state") == "done":
+        log_event(task.sweep_dir, run_id=task.run_id, event="skipped", reason="already done")
+        return {"run_id": task.run_id, "state": "skipped", "reason": "already done"}
+    claim, holder, how = acquire(task.claims_dir, task.run_id, on_lost=_interrupt_main)
+    if claim is None:
+        reason = f"claimed by {describe_owner(holder or {})} ({how})"
+        log_event(task.sweep_dir, run_id=task.run_id, event="skipped", reason=reason)
+        return {"run_id": task.run_id, "state": "skipped", "reason": reason}
+    try:
+        st = run.read_status()  # re-read under the claim: another job may have finished it
+        if st and st.get("state") == "done":
+            log_event(task.sweep_dir, run_id=task.run_id, event="skipped", reason="already done")
+            return {"run_id": task.run_id, "state": "skipped", "reason": "already done"}
+        from g2po.config import load_config
+        from g2po.train import run_train
+
+        resume_from = _has_checkpoint(run)
+        if resume_from is None and run.metrics_path.exists():
+            atomic_write_text(run.metrics_path, "")  # fresh start: drop lines of a killed attempt
+        try:  # validated at launch; checked again here (paths must exist on this node too)
+            cfg = _task_config(task, load_config)
+        except Exception as exc:
+            err = f"{type(exc).__name__} on {socket.gethostname()}: {exc}"
+            total = int(((yaml.safe_load(task.config_yaml) or {}).get("train") or {}).get("iterations", 0))
+            run.create().write_status("failed", int(st.get("iteration", 0)) if st else 0, total, error=err)
+            log_event(task.sweep_dir, run_id=task.run_id, event="failed", error=err)
+            return {"run_id": task.run_id, "state": "failed", "error": err, "resumed_from": resume_from}
+        log_event(task.sweep_dir, run_id=task.run_id, event="start", claim=how,
+                  resume_from=resume_from, owner=describe_owner(claim.owner))
+        print(f"[g2po sweep] run {task.run_id}: {how}; "
+              + (f"resuming from the checkpoint of iteration {resume_from}" if resume_from is not None
+                 else "starting fresh"), flush=True)
+        t0 = time.time()
+        try:
+            run_train(cfg, console=console)
+        except Exception as exc:
+            err = f"{type(exc).__name__}: {exc}"
+            log_event(task.sweep_dir, run_id=task.run_id, event="failed", error=err,
+                      traceback=traceback.format_exc()[-4000:])
+            return {"run_id": task.run_id, "state": "failed", "error": err, "resumed_from": resume_from}
+        log_event(task.sweep_dir, run_id=task.run_id, event="done", seconds=time.time() - t0,
+                  resume_from=resume_from)
+        return {"run_id": task.run_id, "state": "done", "resumed_from": resume_from}
+    except BaseException as exc:  # SystemExit (requeue), KeyboardInterrupt (cancel)
+        if not isinstance(exc, Exception):
+            log_event(task.sweep_dir, run_id=task.run_id, event="interrupted", reason=type(exc).__name__)
+        raise
+    finally:
+        claim.release()
+
+
+_FORK_HOOK = False
+
+
+def _quiet_forked_children() -> None:
+    """Processes forked by the trainer (environment workers) inherit Submitit's signal
+    handlers; Slurm signals every process of the step on preemption, so a worker would also
+    checkpoint and requeue the job. Forked children ignore the preemption signal instead (the
+    main process checkpoints, requeues and exits, which ends its workers)."""
+    global _FORK_HOOK
+    if _FORK_HOOK or not hasattr(os, "register_at_fork"):
+        return
+    import signal
+
+    usr = getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"), signal.SIGUSR2)
+    os.register_at_fork(after_in_child=lambda: signal.signal(usr, signal.SIG_IGN))
+    _FORK_HOOK = True
+
+
+class SweepJob(submitit.helpers.Checkpointable):
+    """The Submitit callable: trains ``tasks`` in order (see the module docstring).
+
+    ``raise_on_failure``: raise at the end when a run failed, so the scheduler marks the job
+    FAILED (off for the debug executor, which would open a debugger on an exception).
+    """
+
+    def __init__(self, tasks: list[RunTask], raise_on_failure: bool = True):
+        self.tasks = list(tasks)
+        self.raise_on_failure = raise_on_failure
+        self.requeues = 0
+
+    def __call__(self) -> list[dict[str, Any]]:
+        if not self.tasks:
+            return []
+        first = self.tasks[0]
+        _quiet_forked_children()
+        cwd = os.getcwd()
+        os.chdir(first.workdir)
+        try:
+            alloc = export_allocation(first.resources, first.cluster)
+            if int(alloc["G2PO_NODE_RANK"]) != 0:
+                return [_worker_node(first, alloc)]
+            from rich.console import Console
+
+            console = Console(file=sys.stdout, force_terminal=False, width=120)
+            results = [train_one(t, console=console) for t in self.tasks]
+        finally:
+            os.chdir(cwd)
+        failed = [r for r in results if r["state"] == "failed"]
+        if failed and self.raise_on_failure:
+            raise RuntimeError("; ".join(f"{r['run_id']}: {r['error']}" for r in failed))
+        return results
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
+        """Called by Submitit on preemption/timeout: requeue the same runs (they resume)."""
+        self.requeues += 1
+        for t in self.tasks:
+            log_event(t.sweep_dir, run_id=t.run_id, event="checkpoint-requeue", requeues=self.requeues)
+        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+def _worker_node(task: RunTask, alloc: dict[str, str]) -> dict[str, Any]:  # pragma: no cover - multi-node
+    """Rank > 0 of a multi-node run: join the head's Ray cluster (OpenRLHF) until it ends."""
+    backend = (yaml.safe_load(task.config_yaml) or {}).get("backend", "local")
+    if backend != "openrlhf":
+        return {"run_id": task.run_id, "state": "skipped", "reason": f"rank {alloc['G2PO_NODE_RANK']}: "
+                f"backend {backend} uses one node"}
+    try:  # the backend's own worker role (same contract: the G2PO_* variables)
+        from algorithms.backends.openrlhf.cluster import join_as_worker, read_allocation
+    except ImportError:
+        join_as_worker = None
+    if join_as_worker is not None:
+        rc = join_as_worker(read_allocation())
+        return {"run_id": task.run_id, "state": "worker", "returncode": rc}
+    host, port = alloc["G2PO_RAY_ADDRESS"].rsplit(":", 1)
+    deadline = time.time() + 900  # the head may still be loading the model before Ray starts
+    while time.time() < deadline:
+        try:
+            socket.create_connection((host, int(port)), timeout=5).close()
+            break
+        except OSError:
+            time.sleep(5)
+    rc = subprocess.run(["ray", "start", f"--address={alloc['G2PO_RAY_ADDRESS']}", "--block"],
+                        check=False).returncode
+    return {"run_id": task.run_id, "state": "worker", "returncode": rc}

@@ -1,0 +1,500 @@
+"""Launch, inspect and cancel a sweep with Submitit (slurm, local and debug executors).
+
+Where things go (``<out>`` = the spec's ``output_dir``, default ``results/sweeps/<name>``):
+
+==============================  =================================================================
+``<out>/runs/<run_id>/``        the run folders (:mod:`results.rundir`: config, metrics, eval,
+                                status, checkpoints); ``analysis.load.load_runs(<out>)`` reads them
+``<out>/sweep.json``            the sweep state: every run's labels, overrides, resources and
+                                submissions (cluster, job id, log paths), and every launch;
+                                written atomically (temporary file + rename)
+``<out>/sweep.lock``            ``flock`` held by a launch/cancel while it reads, submits and
+                                writes the state (two launches at once run one after the other)
+``<out>/claims/<run_id>.json``  the claim of a run being trained (:mod:`sweeps.claims`)
+``<out>/configs/<run_id>.yaml`` the resolved config of each run (``g2po train --config`` reruns it)
+``<out>/events.jsonl``          what the jobs did: start (fresh / resumed from iteration k),
+                                done, failed (with traceback), skipped (and why), requeued
+``<out>/submitit/<shape>/``     Submitit's pickles and the job logs, one folder per resource shape
+==============================  =================================================================
+
+Launch rules (idempotence): a run is submitted unless ``status.json`` says ``done``, its last
+job is still pending or running, or a live job holds its claim. Failed runs and runs whose job
+died are resubmitted and resume from their last checkpoint. One Submitit job array per
+resource shape, with at most ``max_parallel`` tasks running at once (Slurm ``--array=..%N``);
+the local executor has no arrays, so there the runs of a shape are dealt into ``max_parallel``
+jobs that each train their share one after the other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from results.rundir import RunDir, atomic_write_json, atomic_write_text, read_jsonl
+from sweeps.claims import claim_state, flocked, read_claim
+from sweeps.job import RunTask, SweepJob
+from sweeps.scheduler import HOST, JobState, job_states, process_start
+from sweeps.spec import PlannedRun, SweepSpec, expand
+
+__all__ = [
+    "CLUSTERS",
+    "Decision",
+    "LaunchResult",
+    "RunStatus",
+    "SweepState",
+    "plan_launch",
+    "launch",
+    "sweep_status",
+    "cancel",
+    "wait",
+]
+
+CLUSTERS = ("slurm", "local", "debug")
+STATE_VERSION = 1
+SIGNAL_DELAY_S = 120  # Slurm sends USR2 this long before the time limit (checkpoint + requeue)
+
+
+# ---------------------------------------------------------------------------- state file
+class SweepState:
+    """``<out>/sweep.json``: runs and their submissions, and the launches (atomic writes)."""
+
+    def __init__(self, out: Path):
+        self.out = Path(out)
+        self.path = self.out / "sweep.json"
+        self.data: dict[str, Any] = {"version": STATE_VERSION, "runs": {}, "launches": []}
+        if self.path.exists():
+            try:
+                self.data = json.loads(self.path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as exc:  # cannot happen with atomic writes; be loud
+                raise RuntimeError(f"sweep state {self.path} is unreadable: {exc}") from None
+
+    @property
+    def lock_path(self) -> Path:
+        return self.out / "sweep.lock"
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        return self.data["runs"].setdefault(run_id, {"submissions": []})
+
+    def submissions(self, run_id: str) -> list[dict[str, Any]]:
+        return self.data["runs"].get(run_id, {}).get("submissions", [])
+
+    def last_submission(self, run_id: str) -> dict[str, Any] | None:
+        subs = self.submissions(run_id)
+        return subs[-1] if subs else None
+
+    def save(self) -> None:
+        self.data["updated"] = time.time()
+        atomic_write_json(self.path, self.data)
+
+
+@contextlib.contextmanager
+def _launch_lock(state: SweepState, console=None, timeout: float = 3600.0):
+    state.out.mkdir(parents=True, exist_ok=True)
+    try:
+        with flocked(state.lock_path, timeout=0.0):
+            yield
+            return
+    except TimeoutError:
+        pass
+    if console is not None:
+        console.print(f"waiting for another launch/cancel of this sweep to finish (lock {state.lock_path})")
+    with flocked(state.lock_path, timeout=timeout):
+        yield
+
+
+# ---------------------------------------------------------------------------- decisions
+@dataclass
+class Decision:
+    run: PlannedRun
+    action: str  # "submit" | "skip"
+    reason: str
+
+
+def _run_dir(spec: SweepSpec, run_id: str) -> RunDir:
+    return RunDir(spec.runs_dir / run_id)
+
+
+def _progress(st: dict[str, Any] | None) -> str:
+    if not st:
+        return ""
+    return f"{st.get('iteration', 0)}/{st.get('total_iterations', '?')}"
+
+
+def plan_launch(spec: SweepSpec, runs: list[PlannedRun], state: SweepState) -> list[Decision]:
+    """What a launch would do with each run (see the module docstring for the rules)."""
+    lasts = [state.last_submission(r.run_id) for r in runs]
+    live = job_states([s for s in lasts if s])
+    by_run: dict[str, JobState] = {}
+    it = iter(live)
+    for r, s in zip(runs, lasts):
+        if s:
+            by_run[r.run_id] = next(it)
+    out = []
+    for r in runs:
+        st = _run_dir(spec, r.run_id).read_status()
+        if st and st.get("state") == "done":
+            out.append(Decision(r, "skip", "done"))
+            continue
+        last = state.last_submission(r.run_id)
+        js = by_run.get(r.run_id)
+        if last and js and js.alive:
+            verb = "queued" if js.phase == "pending" else "running"
+            out.append(Decision(r, "skip", f"{verb}: {last['cluster']} job {last['job_id']}"))
+            continue
+        holder = read_claim(spec.output_dir / "claims", r.run_id)
+        cstate, why = claim_state(holder)
+        if cstate == "alive":
+            out.append(Decision(r, "skip", f"running: {why}"))
+            continue
+        if st and st.get("state") == "failed":
+            reason = f"resubmit (failed at {_progress(st)}: {str(st.get('error'))[:60]})"
+        elif st:
+            reason = f"resubmit (stopped at {_progress(st)}: job {last['job_id'] if last else '?'} {js or 'gone'})"
+        elif last:
+            reason = f"resubmit (job {last['job_id']} {js or 'gone'} before the run started)"
+        else:
+            reason = "new"
+        out.append(Decision(r, "submit", reason))
+    return out
+
+
+# ---------------------------------------------------------------------------- executors
+@contextlib.contextmanager
+def _detached_stdio(log: Path, enabled: bool):
+    """Let processes started meanwhile (Submitit's local job controllers, which outlive the
+    launch) inherit ``log`` as stdout/stderr instead of our terminal or pipe; otherwise
+    ``g2po sweep launch ... | tee`` or a caller reading our output would wait for the jobs."""
+    if not enabled:
+        yield
+        return
+    import sys
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for f in (*saved, fd):
+            os.close(f)
+
+
+def _make_executor(cluster: str, folder: Path, res, spec: SweepSpec, name: str, timeout_min: int):
+    import submitit
+
+    kwargs: dict[str, Any] = {}
+    if cluster == "slurm":
+        kwargs["slurm_max_num_timeout"] = spec.max_timeouts
+    elif cluster == "local":
+        kwargs["local_max_num_timeout"] = spec.max_timeouts
+    ex = submitit.AutoExecutor(folder=folder, cluster=cluster, **kwargs)
+    params: dict[str, Any] = {
+        "name": name, "timeout_min": int(timeout_min), "nodes": res.nodes, "tasks_per_node": 1,
+        "cpus_per_task": res.cpus, "mem_gb": res.mem_gb,
+    }
+    if res.gpus:
+        params["gpus_per_node"] = res.gpus
+    if cluster == "slurm":
+        params.update(
+            slurm_array_parallelism=spec.max_parallel, slurm_partition=res.partition,
+            slurm_account=res.account, slurm_qos=res.qos, slurm_constraint=res.constraint,
+            slurm_signal_delay_s=min(SIGNAL_DELAY_S, max(10, res.time * 60 // 10)),
+            slurm_additional_parameters=dict(res.extra) or None,
+            slurm_setup=list(spec.setup) or None,
+        )
+    elif cluster == "local" and spec.setup:
+        params["local_setup"] = list(spec.setup)
+    ex.update_parameters(**params)
+    return ex
+
+
+@dataclass
+class LaunchResult:
+    decisions: list[Decision]
+    submitted: list[dict[str, Any]] = field(default_factory=list)  # one per job: cluster, job_id, runs
+    results: list[Any] = field(default_factory=list)  # debug executor: what the jobs returned
+    dry_run: bool = False
+
+
+def launch(spec: SweepSpec, cluster: str, *, where: list[str] | None = None, dry_run: bool = False,
+           console=None, on_plan=None) -> LaunchResult:
+    """Expand, validate, decide and submit (see the module docstring).
+
+    ``on_plan(spec, decisions, cluster)`` is called with the plan before anything is
+    submitted (the CLI prints it). Raises :class:`sweeps.spec.SpecError` before any work.
+    """
+    if cluster not in CLUSTERS:
+        raise ValueError(f"cluster must be one of {', '.join(CLUSTERS)}")
+    runs = expand(spec, where)  # validates every run: a broken spec fails here
+    if dry_run:
+        decisions = plan_launch(spec, runs, SweepState(spec.output_dir))
+        if on_plan:
+            on_plan(spec, decisions, cluster)
+        return LaunchResult(decisions, dry_run=True)
+    state = SweepState(spec.output_dir)
+    with _launch_lock(state, console):
+        state = SweepState(spec.output_dir)  # re-read under the lock
+        decisions = plan_launch(spec, runs, state)
+        if on_plan:
+            on_plan(spec, decisions, cluster)
+        result = LaunchResult(decisions)
+        todo = [d.run for d in decisions if d.action == "submit"]
+        launch_id = uuid.uuid4().hex[:8]
+        for r in runs:
+            rec = state.run(r.run_id)
+            rec.update(labels=r.labels, preset=r.preset, overrides=r.overrides,
+                       resources=r.resources.to_dict(), aliases=r.aliases)
+            atomic_write_text(spec.output_dir / "configs" / f"{r.run_id}.yaml", r.config_yaml)
+        shapes: dict[str, list[PlannedRun]] = {}
+        for r in todo:
+            shapes.setdefault(r.resources.key(), []).append(r)
+        workdir = os.getcwd()
+        pending_debug = []
+        record = {"id": launch_id, "time": time.time(), "cluster": cluster, "host": HOST, "pid": os.getpid(),
+                  "spec": str(spec.path), "where": list(where or []), "submitted": [],
+                  "skipped": {d.run.run_id: d.reason for d in decisions if d.action == "skip"}}
+        state.data.setdefault("launches", []).append(record)
+        state.data.update(name=spec.name, spec=str(spec.path), version=STATE_VERSION)
+        try:
+            for key, group in shapes.items():
+                res = group[0].resources
+                folder = spec.output_dir / "submitit" / key
+                tasks = [RunTask(run_id=r.run_id, config_yaml=r.config_yaml, sweep_dir=str(spec.output_dir),
+                                 workdir=workdir, resources=res.to_dict(), cluster=cluster) for r in group]
+                if cluster == "local":  # no arrays: max_parallel jobs, each trains its share in turn
+                    slots = min(spec.max_parallel, len(tasks))
+                    chunks = [tasks[i::slots] for i in range(slots)]
+                else:
+                    chunks = [[t] for t in tasks]
+                ex = _make_executor(cluster, folder, res, spec, f"{spec.name}-{key}",
+                                    res.time * max(len(c) for c in chunks))
+                with _detached_stdio(folder / "controllers.log", cluster == "local"):
+                    jobs = ex.submit_array([SweepJob(c, raise_on_failure=cluster != "debug") for c in chunks])
+                now = time.time()
+                for job, chunk in zip(jobs, chunks):
+                    sub = {"cluster": cluster, "job_id": str(job.job_id), "launch": launch_id, "submitted": now,
+                           "host": HOST, "shape": key, "folder": str(folder),
+                           "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr),
+                           "runs_in_job": [t.run_id for t in chunk]}
+                    if cluster == "local":
+                        sub["start"] = process_start(int(job.job_id))
+                    for t in chunk:
+                        state.run(t.run_id)["submissions"].append(sub)
+                        record["submitted"].append(t.run_id)
+                    result.submitted.append({**sub, "array": len(chunks)})
+                    if cluster == "debug":
+                        pending_debug.append(job)
+        finally:  # record whatever was submitted, also when a later submission failed
+            state.save()
+        for job in pending_debug:  # the debug executor runs the jobs here, one after the other
+            result.results.extend(job.result())
+    return result
+
+
+# ---------------------------------------------------------------------------- status
+def runs_from_state(spec: SweepSpec, where: list[str] | None = None) -> list[PlannedRun]:
+    """The runs recorded in ``sweep.json`` (for status/cancel when the spec cannot be expanded
+    here, e.g. its variables are not set in this shell). ``where`` filters on the labels."""
+    from sweeps.spec import Resources, _parse_where
+
+    filters = _parse_where(where)
+    out = []
+    for run_id, rec in SweepState(spec.output_dir).data.get("runs", {}).items():
+        labels = rec.get("labels") or {}
+        if any(labels.get(k) not in v for k, v in filters.items()):
+            continue
+        cfg_path = spec.output_dir / "configs" / f"{run_id}.yaml"
+        out.append(PlannedRun(
+            run_id=run_id, labels=labels, seed=int(labels.get("seed", 0)), preset=rec.get("preset"),
+            overrides=rec.get("overrides") or [], resources=Resources.from_mapping(rec.get("resources") or {}, run_id),
+            config_yaml=cfg_path.read_text() if cfg_path.exists() else ""))
+    return out
+
+
+def expand_or_state(spec: SweepSpec, where: list[str] | None = None, console=None) -> list[PlannedRun]:
+    """:func:`expand`, or the runs of the sweep state when the spec does not expand here."""
+    from sweeps.spec import SpecError
+
+    try:
+        return expand(spec, where)
+    except SpecError as exc:
+        runs = runs_from_state(spec, where)
+        if not runs:
+            raise
+        if console is not None:
+            console.print(f"the spec does not expand here ({str(exc).splitlines()[-1].strip()[:200]}); "
+                          f"using the {len(runs)} run(s) recorded in {spec.output_dir / 'sweep.json'}",
+                          markup=False)
+        return runs
+
+
+@dataclass
+class RunStatus:
+    run: PlannedRun
+    state: str  # pending | running | done | failed
+    detail: str
+    job: str = ""
+    progress: str = ""
+    success: float | None = None
+
+
+def _last_event(spec: SweepSpec, run_id: str, events: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+    for ev in reversed(events or []):
+        if ev.get("run_id") == run_id:
+            return ev
+    return None
+
+
+def _stderr_tail(path: str | None) -> str:
+    if not path:
+        return ""
+    try:
+        lines = [ln.strip() for ln in Path(path).read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    for ln in reversed(lines):
+        if "Error" in ln or "Exception" in ln or "Killed" in ln or "CANCELLED" in ln:
+            return ln[:160]
+    return lines[-1][:160] if lines else ""
+
+
+def sweep_status(spec: SweepSpec, where: list[str] | None = None,
+                 runs: list[PlannedRun] | None = None, console=None) -> list[RunStatus]:
+    """The state of every run of the spec: pending, running, done or failed, with the reason."""
+    runs = runs if runs is not None else expand_or_state(spec, where, console)
+    state = SweepState(spec.output_dir)
+    lasts = [state.last_submission(r.run_id) for r in runs]
+    states = iter(job_states([s for s in lasts if s]))
+    jstates = [next(states) if s else None for s in lasts]
+    events = read_jsonl(spec.output_dir / "events.jsonl")
+    out = []
+    for r, last, js in zip(runs, lasts, jstates):
+        rd = _run_dir(spec, r.run_id)
+        st = rd.read_status()
+        job = f"{last['cluster']}:{last['job_id']}" if last else ""
+        prog = _progress(st)
+        if st and st.get("state") == "done":
+            succ = None
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                succ = float(json.loads(rd.eval_path.read_text())["final"]["success_rate"])
+            out.append(RunStatus(r, "done", "finished", job, prog, succ))
+            continue
+        holder = read_claim(spec.output_dir / "claims", r.run_id)
+        cstate, why = claim_state(holder) if holder is not None else ("free", "")
+        if cstate == "alive":
+            out.append(RunStatus(r, "running", f"training ({why})", job, prog))
+            continue
+        if js is not None and js.phase == "running" and st and st.get("state") == "running":
+            out.append(RunStatus(r, "running", "training", job, prog))
+            continue
+        if js is not None and js.alive:
+            chunked = len(last.get("runs_in_job", [])) > 1
+            failed_here = bool(st and st.get("state") == "failed")
+            if js.phase == "running" and chunked and not failed_here:
+                out.append(RunStatus(r, "pending", f"waiting for its turn in {job}", job, prog))
+                continue
+            if js.phase == "running" and not chunked:
+                detail = "restarting after a requeue" if failed_here else "starting"
+                out.append(RunStatus(r, "running", detail, job, prog))
+                continue
+            if js.phase == "pending":
+                detail = (f"queued again, resumes from its checkpoint ({js})" if st else f"queued ({js})")
+                out.append(RunStatus(r, "pending", detail, job, prog))
+                continue
+        ev = _last_event(spec, r.run_id, events)
+        if last and last.get("cancelled"):
+            out.append(RunStatus(r, "failed", f"cancelled by `g2po sweep cancel` (job {js})", job, prog))
+        elif st and st.get("state") == "failed":
+            out.append(RunStatus(r, "failed", str(st.get("error") or "failed"), job, prog))
+        elif st and st.get("state") == "running":
+            out.append(RunStatus(r, "failed", f"job {last['job_id'] if last else '?'} ended ({js or 'unknown'}) "
+                                 f"while training at iteration {prog} (killed? relaunch resumes from the "
+                                 "checkpoint)", job, prog))
+        elif last:
+            why = ""
+            if ev and ev.get("event") == "skipped":
+                why = f"skipped by the job: {ev.get('reason')}"
+            else:
+                why = _stderr_tail(last.get("stderr"))
+            out.append(RunStatus(r, "failed", f"job {last['job_id']} ended ({js or 'unknown'}) before the run "
+                                 f"started{': ' + why if why else ''}", job, prog))
+        else:
+            out.append(RunStatus(r, "pending", "not launched yet", "", prog))
+    return out
+
+
+# ---------------------------------------------------------------------------- cancel
+def cancel(spec: SweepSpec, where: list[str] | None = None, console=None) -> list[dict[str, Any]]:
+    """Cancel the live jobs of the spec's runs (Slurm: scancel; local: SIGINT to the job)."""
+    runs = expand_or_state(spec, where, console)
+    state = SweepState(spec.output_dir)
+    cancelled: list[dict[str, Any]] = []
+    with _launch_lock(state, console):
+        state = SweepState(spec.output_dir)
+        subs: dict[tuple[str, str], dict[str, Any]] = {}
+        for r in runs:
+            last = state.last_submission(r.run_id)
+            if last:
+                subs[(last["cluster"], last["job_id"])] = last
+        items = list(subs.values())
+        for sub, js in zip(items, job_states(items)):
+            if not js.alive:
+                continue
+            if sub["cluster"] == "slurm":
+                proc = subprocess.run(["scancel", sub["job_id"]], capture_output=True, text=True)
+                ok = proc.returncode == 0
+                msg = proc.stderr.strip()
+            elif sub["cluster"] == "local" and sub.get("host") == HOST:
+                try:
+                    os.kill(int(sub["job_id"]), signal.SIGINT)  # Submitit's local cancel
+                    ok, msg = True, ""
+                except ProcessLookupError:
+                    ok, msg = False, "process already gone"
+            else:
+                ok, msg = False, f"cannot cancel a {sub['cluster']} job from host {HOST}"
+            if ok:
+                for run_id in sub.get("runs_in_job", []):
+                    for s in state.submissions(run_id):
+                        if s["job_id"] == sub["job_id"] and s["cluster"] == sub["cluster"]:
+                            s["cancelled"] = time.time()
+            cancelled.append({"cluster": sub["cluster"], "job_id": sub["job_id"], "ok": ok, "message": msg,
+                              "runs": sub.get("runs_in_job", [])})
+        state.save()
+    return cancelled
+
+
+# ---------------------------------------------------------------------------- wait
+def wait(spec: SweepSpec, where: list[str] | None = None, timeout: float | None = None,
+         poll_s: float = 2.0, console=None) -> list[RunStatus]:
+    """Poll :func:`sweep_status` until no run is pending or running (or ``timeout`` seconds)."""
+    runs = expand_or_state(spec, where, console)
+    t0 = time.time()
+    last_line = ""
+    while True:
+        rows = sweep_status(spec, runs=runs)
+        counts = {k: sum(1 for r in rows if r.state == k) for k in ("pending", "running", "done", "failed")}
+        line = ", ".join(f"{v} {k}" for k, v in counts.items())
+        if console is not None and line != last_line:
+            console.print(f"[{time.time() - t0:5.0f} s] {line}")
+            last_line = line
+        if counts["pending"] == 0 and counts["running"] == 0:
+            return rows
+        if all(r.state in ("done", "failed") or r.detail == "not launched yet" for r in rows):
+            return rows
+        if timeout is not None and time.time() - t0 > timeout:
+            return rows
+        time.sleep(poll_s)

@@ -1,0 +1,178 @@
+"""Sweep specs: expansion, validation before any work, variables, resources, the plan."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from sweeps.spec import SPEC_DIR, SpecError, expand, load_spec
+from sweeps.testing import run_cli, toy_spec
+
+PAPER_SPECS = {  # spec -> number of runs
+    "main_table": 72,
+    "g2po_ablation_ladder": 24,
+    "normalization_ablation": 36,
+    "aggregation_ablation": 12,
+    "w_sweep": 21,
+}
+
+
+@pytest.fixture(scope="module")
+def paper(tmp_path_factory):
+    """Each paper spec expanded once, with model and data folders that exist (validation
+    checks that they do): ``(root, {spec name: (spec, runs)})``."""
+    root = tmp_path_factory.mktemp("paper")
+    for name in ("Qwen2.5-1.5B-Instruct", "Qwen2.5-7B-Instruct", "alfworld", "webshop"):
+        (root / name).mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("G2PO_MODEL_1_5B", str(root / "Qwen2.5-1.5B-Instruct"))
+        mp.setenv("G2PO_MODEL_7B", str(root / "Qwen2.5-7B-Instruct"))
+        mp.setenv("G2PO_ALFWORLD_DATA", str(root / "alfworld"))
+        mp.setenv("G2PO_WEBSHOP_DATA", str(root / "webshop"))
+        mp.setenv("G2PO_SWEEP_ROOT", str(root / "sweeps"))
+        expanded = {}
+        for name in PAPER_SPECS:
+            spec = load_spec(name)
+            expanded[name] = (spec, expand(spec))
+    return root, expanded
+
+
+def _cfg(run):
+    return yaml.safe_load(run.config_yaml)
+
+
+@pytest.mark.parametrize("name, count", sorted(PAPER_SPECS.items()))
+def test_paper_specs_expand_and_validate(paper, name, count):
+    root, expanded = paper
+    spec, runs = expanded[name]
+    assert len(runs) == count
+    assert len({r.run_id for r in runs}) == count  # distinct configs
+    assert spec.output_dir == root / "sweeps" / name
+    for r in runs:
+        cfg = _cfg(r)
+        assert cfg["model"]["path"].startswith(str(root))
+        assert cfg["backend"] == "openrlhf" and cfg["progress"] is False
+        assert r.run_id.startswith(f"{cfg['env']['name']}-{cfg['algorithm']['name']}-s{r.seed}-")
+
+
+def test_main_table_rows(paper):
+    runs = paper[1]["main_table"][1]
+    rows = {(_cfg(r)["env"]["name"], r.labels["setting"].split("_")[1], r.labels["method"]) for r in runs}
+    assert len(rows) == 2 * 2 * 6
+    modes = {r.labels["method"]: _cfg(r)["algorithm"] for r in runs if r.labels["setting"] == "webshop_7b"}
+    assert modes["gigpo_std"]["name"] == modes["gigpo_nostd"]["name"] == "gigpo"
+    assert modes["gigpo_std"]["mode"] == "mean_std_norm" and modes["gigpo_nostd"]["mode"] == "mean_norm"
+    big = [r for r in runs if r.labels["setting"].endswith("7b")]
+    assert all(r.resources.gpus == 4 and r.resources.time == 2880 for r in big)
+    assert sorted({r.seed for r in runs}) == [0, 1, 2]
+
+
+def test_ablation_options_come_from_the_registry(paper):
+    from algorithms.registry import estimator_spec
+
+    expanded = paper[1]
+    choices = estimator_spec("g2po").choices["components"]
+    ladder = expanded["g2po_ablation_ladder"][1]
+    assert {_cfg(r)["algorithm"]["options"]["components"] for r in ladder} == set(choices)
+    w = expanded["w_sweep"][1]
+    assert sorted({_cfg(r)["algorithm"]["step_weight"] for r in w}) == pytest.approx(
+        [0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.2])
+    agg = expanded["aggregation_ablation"][1]
+    assert {_cfg(r)["algorithm"]["options"]["aggregation"] for r in agg} == {True, False}
+    norm = expanded["normalization_ablation"][1]
+    assert {(_cfg(r)["algorithm"]["name"], _cfg(r)["algorithm"]["mode"]) for r in norm} == {
+        (a, m) for a in ("grpo", "gigpo", "g2po") for m in ("mean_std_norm", "mean_norm")}
+
+
+def test_smoke_spec_runs_anywhere():
+    runs = expand(load_spec("smoke"))
+    assert len(runs) == 4
+    assert {(r.labels["algorithm.name"], r.seed) for r in runs} == {(a, s) for a in ("grpo", "g2po") for s in (0, 1)}
+    assert all(r.resources.gpus == 0 for r in runs)
+
+
+def test_every_spec_in_the_folder_is_covered():
+    assert {p.stem for p in SPEC_DIR.glob("*.yaml")} == set(PAPER_SPECS) | {"smoke"}
+
+
+def test_missing_variable_names_the_environment_variable(monkeypatch):
+    for v in ("G2PO_MODEL_1_5B", "G2PO_MODEL_7B", "G2PO_ALFWORLD_DATA", "G2PO_WEBSHOP_DATA"):
+        monkeypatch.delenv(v, raising=False)
+    with pytest.raises(SpecError, match="G2PO_MODEL_1_5B"):
+        expand(load_spec("main_table"))
+
+
+def test_var_and_where_select_a_subset(tmp_path, monkeypatch):
+    for v in ("G2PO_MODEL_1_5B", "G2PO_MODEL_7B", "G2PO_WEBSHOP_DATA"):
+        monkeypatch.delenv(v, raising=False)
+    (tmp_path / "Qwen2.5-1.5B-Instruct").mkdir()
+    (tmp_path / "alf").mkdir()
+    spec = load_spec("main_table", {"model_1_5b": str(tmp_path / "Qwen2.5-1.5B-Instruct"),
+                                    "alfworld_data": str(tmp_path / "alf")})
+    # the 7B / WebShop variables are unset: only the selected rows are resolved
+    runs = expand(spec, where=["setting=alfworld_1.5b", "method=g2po,grpo", "seed=0"])
+    assert [r.labels["method"] for r in runs] == ["grpo", "g2po"]
+    with pytest.raises(SpecError, match="no such label"):
+        expand(spec, where=["setting=alfworld_3b"])
+    with pytest.raises(SpecError, match="no such variable"):
+        load_spec("main_table", {"model_3b": "/x"})
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"grid": {"algorithm.name": ["g2po", "nope"]}}, "algorithm.name"),
+    ({"grid": {"algorithm.options.components": ["ep", "bogus"]}}, "algorithm.options"),
+    ({"grid": {"trian.iterations": [1, 2]}}, "trian"),
+    ({"grid": {"method": {"a": {"sett": {"seed": 1}}}}}, "unknown key"),
+    ({"grid": {"method": {"a": {"set": {"seed": 1}}}}}, "set by the launcher"),
+    ({"resources": {"gpus": 2, "cpus": 1}}, "backend=openrlhf"),
+    ({"resources": {"gpu": 1}}, "unknown resource key"),
+    ({"seeds": [0, 0]}, "repeat"),
+    ({"typo_key": 1}, "unknown key"),
+])
+def test_broken_spec_fails_before_any_work(tmp_path, change, needle):
+    spec = toy_spec(tmp_path / "s.yaml", "broken", extra=change)
+    out = tmp_path / "out"
+    with pytest.raises(SpecError) as err:
+        expand(load_spec(spec, output_dir=out))
+    assert needle in str(err.value)
+    assert not out.exists()
+
+
+def test_same_config_twice_is_one_run(tmp_path):
+    # algorithm.step_weight=1.0 is the default: both grid points resolve to the same config
+    spec = toy_spec(tmp_path / "s.yaml", "dup", extra={"grid": {"algorithm.step_weight": [1.0, 1]}})
+    runs = expand(load_spec(spec))
+    assert len(runs) == 1 and len(runs[0].aliases) == 1
+
+
+def test_variant_blocks_presets_and_resources(tmp_path):
+    spec = toy_spec(tmp_path / "s.yaml", "variants", extra={
+        "vars": {"iters": 3},
+        "grid": {"method": {"small": {"set": {"algorithm.name": "grpo", "train.iterations": "${vars.iters}"},
+                                      "resources": {"mem_gb": 3}},
+                            "big": {"set": ["algorithm.name=g2po", "train.iterations=4"],
+                                    "resources": {"cpus": 2, "time": 90, "partition": "cpu"}}}},
+        "runs": [{"label": "a", "set": {"algorithm.gamma": 0.9}}, {"label": "b"}],
+    })
+    runs = expand(load_spec(spec))
+    assert len(runs) == 4
+    by = {(r.labels["method"], r.labels["run"]): r for r in runs}
+    assert yaml.safe_load(by["small", "a"].config_yaml)["train"]["iterations"] == 3
+    assert yaml.safe_load(by["small", "a"].config_yaml)["algorithm"]["gamma"] == 0.9
+    assert by["big", "b"].resources.cpus == 2 and by["big", "b"].resources.partition == "cpu"
+    assert by["small", "b"].resources.mem_gb == 3
+    assert by["big", "b"].resources.key() != by["small", "b"].resources.key()
+    assert "g2po train" in by["big", "b"].command() and "train.iterations=4" in by["big", "b"].command()
+
+
+def test_dry_run_prints_the_plan_and_submits_nothing(tmp_path):
+    out = tmp_path / "out"
+    proc = run_cli(["launch", "smoke", "--cluster", "slurm", "--dry-run", "--output-dir", str(out)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("submit: new") == 4
+    assert "1 job array of 4 task(s), at most 2 running at a time" in proc.stdout
+    assert str(out / "runs") in proc.stdout
+    assert not out.exists()
+    bad = run_cli(["launch", str(toy_spec(tmp_path / "b.yaml", "b", extra={"grid": {"algorithm.name": ["x"]}})),
+                   "--cluster", "local", "--output-dir", str(out)], cwd=tmp_path)
+    assert bad.returncode == 2 and "algorithm.name" in bad.stderr and not out.exists()
