@@ -113,6 +113,9 @@ class ModelConfig:
     max_position_embeddings: int = 1024
     dtype: str = "float32"  # "float32" | "bfloat16"
     device: str = "auto"  # "auto" | "cpu" | "cuda"
+    # torch intra-op threads on a CPU (0 = torch's default, one per core). One thread is
+    # faster for the tiny model (small matrices; env workers share the cores).
+    num_threads: int = 1
 
 
 @dataclass
@@ -290,6 +293,7 @@ def validate_config(cfg: RunConfig) -> None:
     need(cfg.backend in ("local", "openrlhf"), "backend", "choose local or openrlhf")
     need(cfg.model.dtype in ("float32", "bfloat16"), "model.dtype", "choose float32 or bfloat16")
     need(cfg.model.device in ("auto", "cpu", "cuda"), "model.device", "choose auto, cpu or cuda")
+    need(cfg.model.num_threads >= 0, "model.num_threads", "must be >= 0 (0 = torch default)")
     if cfg.model.path is not None:
         need(Path(cfg.model.path).is_dir(), "model.path", f"folder {cfg.model.path!r} does not exist")
     t = cfg.train

@@ -444,5 +444,6 @@ class _Progress:
 
 def train(cfg: RunConfig, console=None) -> RunDir:
     """Run the local backend on ``cfg``; returns the run folder."""
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    if cfg.model.num_threads > 0:
+        torch.set_num_threads(cfg.model.num_threads)
     return LocalTrainer(cfg, console=console).run_training()

@@ -167,7 +167,7 @@ def build_argv(cfg, settings: OpenRLHFSettings, *, model_path: str, ckpt_path: s
     f("ckpt.output_dir", str(Path(ckpt_path) / "final"))
     f("ckpt.save_steps", -1)
     f("ckpt.save_hf")
-    f("ckpt.max_num", 1)
+    f("ckpt.max_num", 2)  # OpenRLHF deletes the oldest before saving: keep the previous one meanwhile
     f("ckpt.load_enable", resume)
     f("eval.steps", -1)
     f("logger.logging_steps", 1)

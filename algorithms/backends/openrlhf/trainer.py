@@ -243,7 +243,6 @@ class OpenRLHFTrainer:
             join_as_worker(alloc, wait_s=self.settings.node_wait_s)
             return self.run
         settings = self.settings.resolved(needs_ref=cfg.train.kl_coef > 0, needs_critic=needs_critic(cfg))
-        self.layout = settings
         total = cfg.train.iterations
         atomic_write_text(self.run.config_path, config_to_yaml(cfg))
         atomic_write_json(self.run.root / "openrlhf.json", {
@@ -384,10 +383,10 @@ class OpenRLHFTrainer:
             "train/padding_samples": status.pop("samples_padding", 0.0),
             **{f"train/success/{k}": v for k, v in success_by_task_type(trajs).items()},
             **{f"adv/{k}": v for k, v in (result.diagnostics if result is not None else {}).items()},
-            **{f"loss/{k}": v for k, v in status.items() if k != "samples"},
         }
-        if "loss/actor_grad_norm" in rec:
-            rec["loss/grad_norm"] = rec["loss/actor_grad_norm"]
+        for k, v in status.items():  # the local backend's names where the quantity is the same
+            if k != "samples":
+                rec[_METRIC_NAMES.get(k, f"openrlhf/{k}")] = v
         return rec
 
     # ------------------------------------------------------------------ evaluation
@@ -406,7 +405,8 @@ class OpenRLHFTrainer:
 
     def _write_eval(self) -> None:
         hist = self.eval_history
-        best = max(hist, key=lambda e: (e["success_rate"], e["score"], -e["iteration"]))
+        best = max(hist, key=lambda e: (e["success_rate"], -np.inf if e.get("score") is None else e["score"],
+                                        -e["iteration"]))
         atomic_write_json(self.run.eval_path, {
             "env": self.cfg.env.name,
             "panel": {"split": self.cfg.env.eval_split, "num_tasks": self.cfg.eval.num_tasks,
@@ -465,6 +465,15 @@ class OpenRLHFTrainer:
         self.trainer.broadcast_to_vllm()  # the engines start from the base weights
         self.log(f"resumed from the checkpoint of iteration {it}")
         return True
+
+
+_METRIC_NAMES = {
+    "policy_loss": "loss/pg_loss", "ppo_clip_ratio": "loss/clip_frac", "ppo_kl": "loss/approx_kl",
+    "kl": "loss/kl", "entropy_loss": "loss/entropy", "actor_grad_norm": "loss/grad_norm",
+    "critic_loss": "loss/value", "critic_grad_norm": "loss/value_grad_norm",
+}
+"""OpenRLHF status keys -> the local backend's metric names (same definitions); other keys are
+logged as ``openrlhf/<key>``."""
 
 
 def _extra_worker_env() -> dict[str, str]:

@@ -1,0 +1,230 @@
+"""The OpenRLHF backend's parts that need no OpenRLHF: imports, settings, Slurm/Ray contract,
+and the advantage path (the same registry call as the local backend)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from algorithms.backends.openrlhf.advantages import estimator_options, needs_critic, step_advantages
+from algorithms.backends.openrlhf.cluster import (
+    Allocation,
+    expand_nodelist,
+    ray_start_commands,
+    read_allocation,
+)
+from algorithms.backends.openrlhf.settings import OpenRLHFSettings, load_settings
+from algorithms.registry import estimate
+from benchmarks.policy import Generation
+from benchmarks.registry import get_benchmark
+from benchmarks.rollout import collect_rollouts
+from benchmarks.workers import EnvPool
+from g2po.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+TOY = get_benchmark("toy")
+
+
+class TokenPolicy:
+    """Seeded random responses with fake token ids (prompt ids from the prompt's length)."""
+
+    def __init__(self, responses):
+        self.responses = responses
+
+    def generate(self, prompts, *, temperature, max_new_tokens, top_p=1.0, seed=None):
+        rng = np.random.default_rng(seed)
+        out = []
+        for p in prompts:
+            text = self.responses[int(rng.integers(len(self.responses)))]
+            prompt_ids = [1] + [int(x) for x in rng.integers(3, 50, size=len(p) % 7 + 3)]
+            resp = [int(x) for x in rng.integers(3, 50, size=int(rng.integers(1, 6)))] + [2]
+            out.append(Generation(text=text, prompt_ids=prompt_ids, response_ids=resp))
+        return out
+
+
+def act(a):
+    return f"<think>t</think><action>{a}</action>"
+
+
+def toy_rollouts(seed=0, groups=3, group_size=4, max_steps=5):
+    tasks = TOY.load_tasks(None, "train")[:groups]
+    pol = TokenPolicy([act("go east"), act("go west"), act("look"), "no tags"])
+    with EnvPool("toy", None, 2) as pool:
+        return collect_rollouts(pol, pool, TOY, tasks, group_size=group_size, max_steps=max_steps,
+                                temperature=1.0, max_new_tokens=8, seed=seed)
+
+
+# ---------------------------------------------------------------------------- imports
+def test_package_cli_and_backend_import_without_the_gpu_stack():
+    """With openrlhf, ray, deepspeed, vllm and flash_attn unimportable, the package, the CLI and
+    the backend's light modules import, and train() fails with the install hint."""
+    code = r"""
+import importlib.abc, sys
+BLOCK = {"openrlhf", "vllm", "flash_attn", "ray", "deepspeed"}
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCK:
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked)")
+        return None
+sys.meta_path.insert(0, Block())
+import importlib.util
+_orig = importlib.util.find_spec
+importlib.util.find_spec = lambda n, *a: None if n.split(".")[0] in BLOCK else _orig(n, *a)
+import algorithms.backends.openrlhf as b
+import algorithms.backends.openrlhf.settings, algorithms.backends.openrlhf.cluster
+import algorithms.backends.openrlhf.advantages, algorithms.backends.openrlhf.policy
+import g2po.cli, g2po.train
+from g2po.config import load_config
+assert set(b.missing_requirements()) == BLOCK, b.missing_requirements()
+try:
+    g2po.train.run_train(load_config(overrides=["backend=openrlhf", "env.name=toy"]))
+except ImportError as exc:
+    assert "pip install -e '.[openrlhf]'" in str(exc), exc
+    print("OK", exc)
+else:
+    raise SystemExit("run_train did not fail")
+assert not any(m.split(".")[0] in BLOCK for m in sys.modules), [m for m in sys.modules if m.split(".")[0] in BLOCK]
+"""
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "OK" in res.stdout
+
+
+def test_the_openrlhf_wheels_tests_package_does_not_shadow_this_folder():
+    """The openrlhf wheel installs a top-level ``tests`` package into site-packages. This folder
+    has no ``__init__.py`` and pytest (default import mode) imports its files by base name, so
+    ``conftest`` and the test modules must come from here, not from site-packages."""
+    import conftest
+
+    assert Path(conftest.__file__).resolve().parent == ROOT / "tests"
+    assert Path(__file__).resolve().parent == ROOT / "tests"
+    assert __name__ == "test_openrlhf_unit"  # not tests.test_openrlhf_unit (the wheel's package)
+
+
+# ---------------------------------------------------------------------------- settings
+def test_settings_defaults_env_overrides_and_layouts():
+    env = {"G2PO_OPENRLHF_ZERO_STAGE": "3", "G2PO_OPENRLHF_VLLM_ENABLE_SLEEP": "false",
+           "G2PO_OPENRLHF_COLOCATE": "actor_ref", "G2PO_OPENRLHF_VLLM_NUM_ENGINES": "2",
+           "G2PO_NUM_NODES": "2", "G2PO_GPUS_PER_NODE": "8"}
+    s = load_settings(None, env)
+    assert s.zero_stage == 3 and s.vllm_enable_sleep is False and s.colocate == "actor_ref"
+    old = dict(os.environ)
+    try:
+        os.environ.update(env)
+        r = s.resolved(needs_ref=True, needs_critic=True)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    # 16 GPUs: 2 for vLLM, actor+ref share 7, the critic gets 7
+    assert (r.num_nodes, r.gpus_per_node, r.vllm_num_engines, r.actor_gpus) == (2, 8, 2, 7)
+    assert r.group_shape() == (1, 7) and r.vllm_enable_sleep is False and r.ds_enable_sleep is False
+    one = OpenRLHFSettings(num_nodes=1, gpus_per_node=1).resolved()
+    assert (one.colocate, one.vllm_num_engines, one.actor_gpus, one.vllm_enable_sleep) == ("all", 1, 1, True)
+    eight = OpenRLHFSettings(num_nodes=2, gpus_per_node=8, vllm_tensor_parallel_size=2).resolved()
+    assert eight.vllm_num_engines == 8 and eight.group_shape() == (2, 8)
+    with pytest.raises(ValueError, match="colocate=all needs"):
+        OpenRLHFSettings(num_nodes=1, gpus_per_node=4, vllm_num_engines=3).resolved()
+    with pytest.raises(ValueError, match="does not fit"):
+        OpenRLHFSettings(num_nodes=1, gpus_per_node=2, colocate="none", vllm_num_engines=2).resolved()
+    with pytest.raises(ValueError, match="not a valid"):
+        load_settings(None, {"G2PO_OPENRLHF_ZERO_STAGE": "two"})
+    # a config section (when the RunConfig has one) is read; unknown keys fail
+    assert load_settings(SimpleNamespace(openrlhf={"zero_stage": 1}), {}).zero_stage == 1
+    with pytest.raises(ValueError, match="unknown openrlhf setting"):
+        load_settings(SimpleNamespace(openrlhf={"zero": 1}), {})
+
+
+# ---------------------------------------------------------------------------- cluster contract
+def test_slurm_nodelist_expansion():
+    assert expand_nodelist("gpu[01-03,07],cpu5") == ["gpu01", "gpu02", "gpu03", "gpu07", "cpu5"]
+    assert expand_nodelist("n[8-10]") == ["n8", "n9", "n10"]
+    assert expand_nodelist("a[1-2]-ib[3-4]") == ["a1-ib3", "a1-ib4", "a2-ib3", "a2-ib4"]
+    assert expand_nodelist("single") == ["single"]
+
+
+def test_allocation_from_the_sweeps_launcher_then_slurm_then_local():
+    g2po = {"G2PO_NUM_NODES": "2", "G2PO_NODE_RANK": "1", "G2PO_NODELIST": "nodeA,nodeB",
+            "G2PO_HEAD_NODE": "nodeA", "G2PO_GPUS_PER_NODE": "8", "G2PO_CPUS_PER_TASK": "32",
+            "G2PO_RAY_ADDRESS": "nodeA:6400", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "x[1-3]"}
+    a = read_allocation(g2po)
+    assert (a.source, a.num_nodes, a.node_rank, a.head, a.port, a.gpus_per_node) == ("g2po", 2, 1, "nodeA", 6400, 8)
+    assert a.multi_node and not a.is_head and a.address == "nodeA:6400"
+    s = read_allocation({"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "gpu[3-4]", "SLURM_JOB_NUM_NODES": "2",
+                         "SLURM_NODEID": "0", "SLURM_GPUS_ON_NODE": "4", "SLURM_CPUS_PER_TASK": "16"})
+    assert (s.source, s.hosts, s.head, s.is_head, s.gpus_per_node, s.cpus_per_task) == (
+        "slurm", ["gpu3", "gpu4"], "gpu3", True, 4, 16)
+    loc = read_allocation({})
+    assert loc.source == "local" and not loc.multi_node
+    cmds = ray_start_commands(Allocation(num_nodes=2, hosts=["localhost", "b"], gpus_per_node=8, cpus_per_task=32,
+                                         port=6400))
+    assert cmds["head"][:4] == ["ray", "start", "--head", "--port=6400"] and "--num-gpus=8" in cmds["head"]
+    assert cmds["worker"][:3] == ["ray", "start", "--address=localhost:6400"] and cmds["worker"][-1] == "--block"
+
+
+def test_ray_cluster_roles_on_a_multi_node_allocation(monkeypatch):
+    """Rank 0 starts the Ray head on the allocation's port, connects, waits for every node and
+    stops the head at the end; a single node starts a local instance; an existing address is joined."""
+    from algorithms.backends.openrlhf import cluster
+
+    calls, alive = [], iter([1, 1, 2])
+    fake_ray = SimpleNamespace(
+        is_initialized=lambda: False,
+        init=lambda **k: calls.append(("init", k)),
+        nodes=lambda: [{"Alive": True}] * next(alive),
+        shutdown=lambda: calls.append(("shutdown",)),
+    )
+    monkeypatch.setitem(sys.modules, "ray", fake_ray)
+    monkeypatch.setattr(cluster.subprocess, "run",
+                        lambda cmd, check=False: calls.append(("run", cmd)) or SimpleNamespace(returncode=0))
+    monkeypatch.setattr(cluster.shutil, "which", lambda name: "/usr/bin/ray")
+    monkeypatch.setattr(cluster.time, "sleep", lambda s: None)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    alloc = Allocation(num_nodes=2, hosts=["localhost", "w1"], gpus_per_node=8, port=6400, source="g2po")
+    with cluster.RayCluster(alloc, runtime_env={"env_vars": {}}, log=lambda m: None):
+        pass
+    assert calls[0][0] == "run" and calls[0][1][:4] == ["ray", "start", "--head", "--port=6400"]
+    assert calls[1] == ("init", {"address": "localhost:6400", "runtime_env": {"env_vars": {}}, "log_to_driver": True})
+    assert calls[-2:] == [("shutdown",), ("run", ["ray", "stop"])]
+    calls.clear()
+    with cluster.RayCluster(Allocation(hosts=["localhost"]), runtime_env={}, log=lambda m: None):
+        pass
+    assert calls[0][0] == "init" and calls[0][1]["include_dashboard"] is False and "address" not in calls[0][1]
+    assert calls[-1] == ("shutdown",)  # nothing to stop: ray.init's own instance
+    calls.clear()
+    with cluster.RayCluster(Allocation(hosts=["x"]), address="10.0.0.1:6379", runtime_env={}, log=lambda m: None):
+        pass
+    assert calls[0][1]["address"] == "10.0.0.1:6379"
+    with pytest.raises(RuntimeError, match="only node rank 0"):
+        cluster.RayCluster(Allocation(num_nodes=2, node_rank=1, hosts=["a", "b"]), log=lambda m: None).__enter__()
+    alive = iter([1] * 10)
+    with pytest.raises(RuntimeError, match="only 1 of 2 nodes joined"):
+        cluster.RayCluster(alloc, node_wait_s=0.0, runtime_env={}, log=lambda m: None).__enter__()
+
+
+# ---------------------------------------------------------------------------- advantages
+@pytest.mark.parametrize("name,extra", [("g2po", []), ("gigpo", ["algorithm.mode=mean_norm", "algorithm.gamma=0.5"]),
+                                        ("grpo", []),
+                                        ("rloo", []), ("ppo", [])])
+def test_advantage_path_is_the_local_backends_registry_call(name, extra):
+    """Same config, same rollouts -> the same per-step advantages as backend=local: the options
+    are built as LocalTrainer._estimator_options builds them and the same estimator runs."""
+    rb = toy_rollouts(seed=1)
+    cfg_local = load_config(overrides=[f"algorithm.name={name}", "env.name=toy", *extra])
+    cfg_orl = load_config(overrides=[f"algorithm.name={name}", "env.name=toy", "backend=openrlhf", *extra])
+    values = np.linspace(-1.0, 2.0, len(rb.steps)).astype(np.float32).astype(np.float64) if name == "ppo" else None
+    from algorithms.backends.local.trainer import LocalTrainer
+
+    local_opts = LocalTrainer._estimator_options(SimpleNamespace(cfg=cfg_local), rb, values)
+    orl_opts = estimator_options(cfg_orl, rb, values)
+    assert orl_opts.keys() == local_opts.keys()
+    local = estimate(cfg_local.algorithm.name, rb.steps, **local_opts)
+    ours = step_advantages(cfg_orl, rb, values)
+    np.testing.assert_array_equal(ours.advantages, local.advantages)
+    assert needs_critic(cfg_orl) == (name == "ppo")
+    if name == "ppo":
+        np.testing.assert_array_equal(ours.returns, local.returns)
+    assert np.abs(ours.advantages).sum() > 0
