@@ -72,9 +72,9 @@ class EnvConfig:
     num_workers: int = 0  # 0 = as many as cores
     # generated-game settings (embedded default)
     generated_dir: str = "results/cache/alfworld_generated"
-    generated_train_games: int = 48
+    generated_train_games: int = 96
     generated_eval_games: int = 24
-    generated_max_receptacles: int = 6
+    generated_max_receptacles: int = 3
     # "seen": eval games on the training floor plans (new games, like ALFWorld's valid_seen,
     # the papers' in-distribution split); "unseen": ALFRED's held-out floor plans (valid_unseen)
     generated_eval_scenes: str = "seen"
@@ -122,13 +122,13 @@ class ModelConfig:
 class TrainConfig:
     """The training loop (ALGORITHMS.md "Training loop facts" give the reference values)."""
 
-    iterations: int = 12
+    iterations: int = 8
     groups_per_batch: int = 4  # tasks per batch (reference 16)
     group_size: int = 8  # rollouts per task (reference 8)
     temperature: float = 1.0
     top_p: float = 1.0
     max_prompt_tokens: int = 768
-    max_response_tokens: int = 24
+    max_response_tokens: int = 48
     lr: float = 2e-4
     weight_decay: float = 0.0
     kl_coef: float = 0.01
@@ -141,9 +141,9 @@ class TrainConfig:
     ppo_epochs: int = 1
     value_lr: float = 1e-3
     value_clip: float = 0.2
-    sft_epochs: int = 4  # warm start on expert walkthroughs (0 = off)
+    sft_epochs: int = 10  # warm start on expert walkthroughs (0 = off)
     sft_lr: float = 3e-3
-    sft_batch_size: int = 32
+    sft_batch_size: int = 8
     sft_max_tasks: int = 256  # expert demonstrations from at most this many training tasks
     checkpoint_every: int = 1
 
@@ -152,8 +152,8 @@ class TrainConfig:
 class EvalConfig:
     """Evaluation on a fixed task panel (held-out split) at temperature 0.4."""
 
-    every: int = 6  # evaluate every k iterations (and before and after training)
-    num_tasks: int = 24  # 0 = the whole split
+    every: int = 4  # evaluate every k iterations (and before and after training)
+    num_tasks: int = 12  # 0 = the whole split (the CPU default: 2 games per task type)
     temperature: float = 0.4
     episodes_per_task: int = 1
 
