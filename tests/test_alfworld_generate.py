@@ -85,6 +85,7 @@ def test_ensure_generated_cache_and_split_plans(tmp_path):
         generated_train_games=3,
         generated_eval_games=2,
         generated_max_receptacles=3,
+        generated_eval_scenes="unseen",
         task_types=["pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep"],
     )
     root = ensure_generated(cfg, workers=1, progress=False)
@@ -114,3 +115,19 @@ def test_bad_arguments(tmp_path):
     with pytest.raises(ValueError):
         generate_games(tmp_path, "train", 1, 0, 1)
     assert generate_games(tmp_path, "train", 0, 0, 4) == []
+
+
+def test_seen_eval_games_are_new_games_on_training_floor_plans(tmp_path):
+    """generated_eval_scenes=seen (the CPU default, like valid_seen): eval games are drawn from
+    ALFRED's training floor plans but are different games from the training split."""
+    from benchmarks.alfworld.generate import _scene_pool
+
+    cfg = EnvConfig(generated_dir=str(tmp_path / "gen"), generated_train_games=4, generated_eval_games=4,
+                    generated_max_receptacles=3, generated_eval_scenes="seen",
+                    task_types=["pick_and_place_simple"])
+    ensure_generated(cfg, workers=1, progress=False)
+    train, evals = load_tasks(cfg, "train"), load_tasks(cfg, "eval")
+    train_pool = set(_scene_pool("train"))
+    assert {_floor_plan(Path(t.payload)) for t in evals} <= train_pool
+    train_problems = {json.loads(Path(t.payload).read_text())["pddl_problem"] for t in train}
+    assert all(json.loads(Path(t.payload).read_text())["pddl_problem"] not in train_problems for t in evals)
