@@ -23,7 +23,8 @@ def cfg(tmp_path_factory):
 
 def test_generated_catalogue_files_splits_and_determinism(cfg, tmp_path):
     sizes = {s: len(ws.load_tasks(cfg, s)) for s in ("test", "eval", "train", "valid_seen")}
-    assert sizes == {"test": 24, "eval": 24, "train": 48, "valid_seen": 24}
+    n_train, n_eval = cfg.generated_train_games, cfg.generated_eval_games  # the config decides
+    assert sizes == {"test": n_eval, "eval": n_eval, "train": n_train, "valid_seen": n_eval}
     src = ws.source_for(cfg)
     assert src.generated and "webshop_generated" in src.products
     train_ids = {t.task_id for t in ws.load_tasks(cfg, "train")}
