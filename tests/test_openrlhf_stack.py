@@ -31,6 +31,7 @@ if importlib.util.find_spec("openrlhf") is None:  # pragma: no cover - depends o
         pytest.fail(f"openrlhf is not installed in CI: {INSTALL}", pytrace=False)
     pytest.skip(f"openrlhf is not installed: {INSTALL}", allow_module_level=True)
 
+from algorithms.backends.common import estimator_options as local_estimator_options  # noqa: E402
 from algorithms.registry import estimate  # noqa: E402
 from benchmarks.policy import Generation  # noqa: E402
 from benchmarks.registry import get_benchmark  # noqa: E402
@@ -230,7 +231,6 @@ def test_step_rows_become_openrlhf_experiences_and_back(orl):
 def test_experience_maker_writes_the_registry_advantages_on_action_tokens(orl, name):
     """OpenRLHF's experience maker, with the suite's advantages: equal to the local backend's
     per-step advantages on every response token, 0 elsewhere (values read at the prompt end)."""
-    from algorithms.backends.local.trainer import LocalTrainer
     from algorithms.backends.openrlhf.advantages import step_advantages
 
     rb = toy_rollouts(seed=3)
@@ -253,7 +253,7 @@ def test_experience_maker_writes_the_registry_advantages_on_action_tokens(orl, n
     assert args.algo.advantage.gamma == 1.0  # OpenRLHF's gamma handling is bypassed, ours (0.95) is used
     if name == "ppo":
         np.testing.assert_array_equal(maker.values, v_rows)
-    local = estimate(name, rb.steps, **LocalTrainer._estimator_options(SimpleNamespace(cfg=cfg), rb, v_rows))
+    local = estimate(name, rb.steps, **local_estimator_options(cfg, rb, v_rows))
     for e in exps:
         assert e.kl is None
         for j, pos in enumerate(e.index):

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from algorithms.backends.common import estimator_options as local_estimator_options
 from algorithms.backends.openrlhf.advantages import estimator_options, needs_critic, step_advantages
 from algorithms.backends.openrlhf.cluster import (
     Allocation,
@@ -211,14 +212,13 @@ def test_ray_cluster_roles_on_a_multi_node_allocation(monkeypatch):
                                         ("rloo", []), ("ppo", [])])
 def test_advantage_path_is_the_local_backends_registry_call(name, extra):
     """Same config, same rollouts -> the same per-step advantages as backend=local: the options
-    are built as LocalTrainer._estimator_options builds them and the same estimator runs."""
+    are built by the shared algorithms.backends.common path the local trainer calls and the same estimator runs."""
     rb = toy_rollouts(seed=1)
     cfg_local = load_config(overrides=[f"algorithm.name={name}", "env.name=toy", *extra])
     cfg_orl = load_config(overrides=[f"algorithm.name={name}", "env.name=toy", "backend=openrlhf", *extra])
     values = np.linspace(-1.0, 2.0, len(rb.steps)).astype(np.float32).astype(np.float64) if name == "ppo" else None
-    from algorithms.backends.local.trainer import LocalTrainer
 
-    local_opts = LocalTrainer._estimator_options(SimpleNamespace(cfg=cfg_local), rb, values)
+    local_opts = local_estimator_options(cfg_local, rb, values)
     orl_opts = estimator_options(cfg_orl, rb, values)
     assert orl_opts.keys() == local_opts.keys()
     local = estimate(cfg_local.algorithm.name, rb.steps, **local_opts)

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from algorithms import losses
+from algorithms.backends.common import eval_summary, needs_critic, step_advantages
 from algorithms.backends.local.model import (
     build_tiny_model,
     load_model_and_tokenizer,
@@ -40,7 +41,6 @@ from algorithms.backends.local.model import (
 from algorithms.backends.local.policy import LocalPolicy, pack_sequences, response_logprobs
 from algorithms.backends.local.sft import supervised_finetune
 from algorithms.backends.local.value import ValueModel
-from algorithms.registry import estimate, estimator_spec
 from benchmarks.demos import collect_demonstrations
 from benchmarks.evaluation import evaluate, select_panel
 from benchmarks.registry import get_benchmark
@@ -164,7 +164,7 @@ class LocalTrainer:
                 self.policy = LocalPolicy(self.model, self.tokenizer, max_prompt_tokens=cfg.train.max_prompt_tokens)
                 self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.train.lr,
                                                    weight_decay=cfg.train.weight_decay)
-                if "values" in estimator_spec(cfg.algorithm.name).defaults:
+                if needs_critic(cfg):
                     self.critic = ValueModel.from_policy(self.model, lr=cfg.train.value_lr)
                 if self._resume_state is not None:
                     self._load_checkpoint(self._resume_state)
@@ -222,8 +222,7 @@ class LocalTrainer:
         if self.critic is not None:
             values = self.critic.predict(rb.prompt_ids, self.tokenizer.pad_token_id,
                                          batch_size=cfg.train.micro_batch_size)
-        opts = self._estimator_options(rb, values)
-        res = estimate(cfg.algorithm.name, rb.steps, **opts)
+        res = step_advantages(cfg, rb, values)
         t_adv = time.time()
         upd = self._update(rb, res.advantages)
         if self.critic is not None:
@@ -247,18 +246,6 @@ class LocalTrainer:
             **upd,
         }
         return rec
-
-    def _estimator_options(self, rb: RolloutBatch, values) -> dict[str, Any]:
-        a = self.cfg.algorithm
-        opts: dict[str, Any] = {"mode": a.mode, "gamma": a.gamma, "step_weight": a.step_weight,
-                                "invalid_penalty": a.invalid_penalty, "success_reward": a.success_reward}
-        opts.update(dict(a.options))
-        spec = estimator_spec(a.name)
-        if "values" in spec.defaults:
-            opts["values"] = values
-        if "state_text" in spec.defaults and opts.get("grouping", "exact") != "exact":
-            opts["state_text"] = rb.state_texts
-        return opts
 
     # ------------------------------------------------------------------ update
     def _update(self, rb: RolloutBatch, advantages: np.ndarray) -> dict[str, float]:
@@ -338,18 +325,7 @@ class LocalTrainer:
         return ev
 
     def _write_eval(self) -> None:
-        hist = self.eval_history
-        best = max(hist, key=lambda e: (e["success_rate"], e["score"] or 0.0, -e["iteration"]))
-        atomic_write_json(self.run.eval_path, {
-            "env": self.cfg.env.name,
-            "panel": {"split": self.cfg.env.eval_split, "num_tasks": self.cfg.eval.num_tasks,
-                      "episodes_per_task": self.cfg.eval.episodes_per_task,
-                      "temperature": self.cfg.eval.temperature},
-            "history": hist,
-            "before": next((e for e in hist if e["iteration"] == 0), None),
-            "final": hist[-1],
-            "best": best,
-        })
+        atomic_write_json(self.run.eval_path, eval_summary(self.cfg, self.eval_history))
 
     # ------------------------------------------------------------------ checkpoints
     def _save_checkpoint(self, it: int) -> None:

@@ -45,6 +45,7 @@ import ray
 import torch
 from openrlhf.trainer.ppo_trainer import BasePPOTrainer
 
+from algorithms.backends.common import eval_summary
 from algorithms.backends.openrlhf.advantages import needs_critic, step_advantages
 from algorithms.backends.openrlhf.args import build_argv, parse_openrlhf_args
 from algorithms.backends.openrlhf.cluster import (
@@ -404,19 +405,7 @@ class OpenRLHFTrainer:
         return ev
 
     def _write_eval(self) -> None:
-        hist = self.eval_history
-        best = max(hist, key=lambda e: (e["success_rate"], -np.inf if e.get("score") is None else e["score"],
-                                        -e["iteration"]))
-        atomic_write_json(self.run.eval_path, {
-            "env": self.cfg.env.name,
-            "panel": {"split": self.cfg.env.eval_split, "num_tasks": self.cfg.eval.num_tasks,
-                      "episodes_per_task": self.cfg.eval.episodes_per_task,
-                      "temperature": self.cfg.eval.temperature},
-            "history": hist,
-            "before": next((e for e in hist if e["iteration"] == 0), None),
-            "final": hist[-1],
-            "best": best,
-        })
+        atomic_write_json(self.run.eval_path, eval_summary(self.cfg, self.eval_history))
 
     # ------------------------------------------------------------------ checkpoints
     def _save_checkpoint(self, it: int) -> None:
