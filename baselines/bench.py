@@ -59,11 +59,60 @@ def build_parser() -> argparse.ArgumentParser:
                    help="torch threads (1 is much faster on a busy 2-core machine; 0 = torch's default)")
     p.add_argument("--output-dir", default="results/runs/bench-baselines")
     p.add_argument("--set", nargs="*", default=[], metavar="key=value", help="extra config overrides")
+    p.add_argument("--summarize", nargs="+", default=None, metavar="DIR",
+                   help="run nothing: print the table of the baseline runs found under these folders")
     return p
+
+
+_ROW_KEYS = ("success_rate", "per_task_type", "score", "num_episodes", "mean_steps", "invalid_frac",
+             "success_by_trial", "tokens_per_second", "response_tokens", "prompt_tokens", "generation_seconds",
+             "wall_seconds")
+
+
+def row_of(run: Path) -> dict:
+    """The table row of one baseline run folder."""
+    ev = json.loads((run / "eval.json").read_text())
+    return {"env": ev["env"], "method": ev["baseline"], "run": str(run), "model": ev.get("model"),
+            **{k: ev["final"].get(k) for k in _ROW_KEYS}}
+
+
+def format_rows(rows: list[dict], title: str) -> str:
+    """A plain-text table of bench rows."""
+    lines = [title, f"{'env':9} {'method':10} {'success':>14} {'score':>6} {'steps':>6} {'invalid':>7} {'tok/s':>6} "
+                    f"{'gen s':>7} {'wall s':>7}  per task type / by trial"]
+    for r in rows:
+        n = r["num_episodes"] or 0
+        succ = f"{r['success_rate']:.3f} ({round(r['success_rate'] * n)}/{n})"
+        per = ", ".join(f"{k} {v:.2f}" for k, v in (r["per_task_type"] or {}).items())
+        if r.get("success_by_trial"):
+            per += "; by trial " + "/".join(f"{x:.3f}" for x in r["success_by_trial"])
+        lines.append(f"{r['env']:9} {r['method']:10} {succ:>14} {r['score']:6.1f} {r['mean_steps']:6.1f} "
+                     f"{r['invalid_frac']:7.2f} {r['tokens_per_second']:6.2f} {r['generation_seconds']:7.0f} "
+                     f"{r['wall_seconds']:7.0f}  {per}")
+    return "\n".join(lines)
+
+
+def summarize(dirs: list[str]) -> list[dict]:
+    """Rows of every finished baseline run (``eval.json`` with a ``baseline`` key) under ``dirs``."""
+    rows = []
+    for d in dirs:
+        for ev in sorted(Path(d).rglob("eval.json")):
+            try:
+                if "baseline" in json.loads(ev.read_text()):
+                    rows.append(row_of(ev.parent))
+            except (json.JSONDecodeError, KeyError):
+                continue
+    return sorted(rows, key=lambda r: (r["env"], r["method"]))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.summarize:
+        rows = summarize(args.summarize)
+        print(format_rows(rows, f"Prompting baseline runs under {', '.join(args.summarize)}"))
+        for r in rows:
+            print(f"  {r['env']}/{r['method']}: {r['run']} ({r['model']})")
+        return 0 if rows else 1
     from rich.console import Console
 
     from baselines.config import load_baseline_config
@@ -90,11 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             cfg, b = load_baseline_config(None, overrides)
             console.rule(f"{method} on {env}: {cfg.eval.num_tasks} tasks, {cfg.env.max_steps} steps max")
             out = run_baseline(cfg, b, console=console)
-            ev = json.loads((out / "eval.json").read_text())["final"]
-            rows.append({"env": env, "method": method, "run": str(out), **{k: ev.get(k) for k in (
-                "success_rate", "per_task_type", "score", "num_episodes", "mean_steps", "invalid_frac",
-                "success_by_trial", "tokens_per_second", "response_tokens", "prompt_tokens",
-                "generation_seconds", "wall_seconds")}})
+            rows.append(row_of(out))
     import torch
 
     summary = {"rows": rows, "model": args.model, "settings": vars(args) | {"data": str(data), "output_dir": args.output_dir},
@@ -103,19 +148,8 @@ def main(argv: list[str] | None = None) -> int:
                "total_seconds": round(time.perf_counter() - started, 1)}
     Path(args.output_dir).mkdir(parents=True, exist_ok=True)
     (Path(args.output_dir) / "bench_summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    lines = [f"Prompting baselines with {Path(args.model).name} ({summary['total_seconds']:.0f} s in all)",
-             f"{'env':9} {'method':10} {'success':>14} {'score':>6} {'steps':>6} {'invalid':>7} {'tok/s':>6} "
-             f"{'gen s':>7} {'wall s':>7}  per task type / by trial"]
-    for r in rows:
-        n = r["num_episodes"] or 0
-        succ = f"{r['success_rate']:.3f} ({round(r['success_rate'] * n)}/{n})"
-        per = ", ".join(f"{k} {v:.2f}" for k, v in (r["per_task_type"] or {}).items())
-        if r.get("success_by_trial"):
-            per += "; by trial " + "/".join(f"{x:.3f}" for x in r["success_by_trial"])
-        lines.append(f"{r['env']:9} {r['method']:10} {succ:>14} {r['score']:6.1f} {r['mean_steps']:6.1f} "
-                     f"{r['invalid_frac']:7.2f} {r['tokens_per_second']:6.2f} {r['generation_seconds']:7.0f} "
-                     f"{r['wall_seconds']:7.0f}  {per}")
-    print("\n".join(lines))
+    print(format_rows(rows, f"Prompting baselines with {Path(args.model).name} "
+                            f"({summary['total_seconds']:.0f} s in all)"))
     return 0
 
 

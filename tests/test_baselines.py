@@ -301,3 +301,15 @@ def test_cli_config_error(capsys):
     assert main(["eval", "baseline=nope", "env=toy"]) == 2
     assert "baseline.name" in capsys.readouterr().err
     assert os.environ.get("HF_HUB_OFFLINE", "1")  # nothing was downloaded
+
+
+def test_bench_summarizes_baseline_runs(tmp_path, capsys):
+    from baselines import bench
+
+    cfg, b = toy_config(tmp_path, "baseline=reflexion", "baseline.max_trials=2", "env.max_steps=3")
+    run_baseline(cfg, b, policy=ScriptedPolicy(lambda p: "Plan: x" if "did not complete it" in p
+                                               else "<action>go east</action>"))
+    assert bench.main(["--summarize", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "toy       reflexion" in out and "0.400 (2/5)" in out and "by trial 0.400/0.400" in out
+    assert bench.main(["--summarize", str(tmp_path / "nothing-here")]) == 1
