@@ -38,6 +38,7 @@ def _default_data() -> Path:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """Arguments of ``python -m baselines.bench`` (environments, methods, panel size, output folder)."""
     p = argparse.ArgumentParser(prog="python -m baselines.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--envs", nargs="+", default=["alfworld", "webshop"], choices=["alfworld", "webshop", "toy"])
     p.add_argument("--methods", nargs="+", default=["react", "reflexion"], choices=["direct", "react", "reflexion"])
@@ -106,6 +107,7 @@ def summarize(dirs: list[str]) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the baseline benchmark; prints success rates and tokens per second. Returns the exit code."""
     args = build_parser().parse_args(argv)
     if args.summarize:
         rows = summarize(args.summarize)

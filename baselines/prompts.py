@@ -95,6 +95,7 @@ def _step_line(thought: str, action: str, valid: bool = True) -> str:
 
 
 def render_example(env_name: str, tr: Transcript, obs_chars: int) -> str:
+    """Render one few-shot example transcript as prompt text."""
     lines = [f"Task: {tr.instruction}", f"Observation: {_clip(format_obs(env_name, tr.first_observation, tr.instruction), obs_chars)}"]
     for thought, action, obs in tr.steps:
         lines.append(_step_line(thought, action))

@@ -32,6 +32,7 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of the ``g2po`` command (subcommands listed in the module docstring)."""
     parser = argparse.ArgumentParser(prog="g2po", description="Long-horizon agentic RL benchmarks and baselines")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -83,6 +84,7 @@ def _load(args):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``g2po``; returns the exit code (2 for a config error, before any work)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) >= 2 and argv[0] == "bench" and argv[1] in ("alfworld", "webshop"):
         # the environment benchmarks own their arguments (g2po bench webshop --help)

@@ -39,6 +39,7 @@ PHASES = (("rollout_s", "generation"), ("logprob_s", "ref+old log-probs"), ("adv
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run two G2PO iterations with backend=openrlhf on one GPU and print seconds per phase."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", help="local HF model folder (default: build the tiny model)")
     ap.add_argument("--env", default="alfworld", choices=["alfworld", "toy", "webshop"])

@@ -126,6 +126,7 @@ def claim_state(owner: dict[str, Any] | None) -> tuple[str, str]:
 
 
 def describe_owner(owner: dict[str, Any]) -> str:
+    """A one-line human description of a claim's owner (job id or pid@host)."""
     kind = owner.get("kind", "?")
     if kind == "slurm":
         return f"slurm job {owner.get('job_id')}"

@@ -118,6 +118,7 @@ def print_plan(spec, decisions, cluster, console=None) -> None:
 
 
 def print_status(spec, rows, console=None) -> None:
+    """Print the status table of a sweep (pending, running, done, failed with reasons)."""
     from rich.markup import escape as e
     from rich.table import Table
 

@@ -113,6 +113,7 @@ def _launch_lock(state: SweepState, console=None, timeout: float = 3600.0):
 # ---------------------------------------------------------------------------- decisions
 @dataclass
 class Decision:
+    """What a launch decides for one run: submit (and why) or skip (and why)."""
     run: PlannedRun
     action: str  # "submit" | "skip"
     reason: str
@@ -224,6 +225,7 @@ def _make_executor(cluster: str, folder: Path, res, spec: SweepSpec, name: str, 
 
 @dataclass
 class LaunchResult:
+    """The outcome of a launch: decisions per run, submitted job ids, the state file."""
     decisions: list[Decision]
     submitted: list[dict[str, Any]] = field(default_factory=list)  # one per job: cluster, job_id, runs
     results: list[Any] = field(default_factory=list)  # debug executor: what the jobs returned
@@ -344,6 +346,7 @@ def expand_or_state(spec: SweepSpec, where: list[str] | None = None, console=Non
 
 @dataclass
 class RunStatus:
+    """One run's status in a sweep: state, iteration, job state and reason."""
     run: PlannedRun
     state: str  # pending | running | done | failed
     detail: str

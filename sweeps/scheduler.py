@@ -154,6 +154,7 @@ def local_state(sub: dict) -> JobState:
 
 
 def job_state(sub: dict) -> JobState:
+    """The scheduler's state of a job id (pending, running, done, failed, unknown)."""
     return job_states([sub])[0]
 
 

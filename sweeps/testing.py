@@ -169,6 +169,7 @@ def _free_ports(n: int) -> list[int]:
 
 
 def stop_slurm_cluster(state_dir: str | os.PathLike) -> None:
+    """Stop a test Slurm cluster started by :func:`start_slurm_cluster`."""
     subprocess.run(["bash", str(SLURM_DIR / "stop_cluster.sh"), str(state_dir)], capture_output=True,
                    timeout=120)
 
@@ -185,6 +186,7 @@ def checkpoint_iteration(run_dir: str | os.PathLike) -> int:
 
 
 def events(sweep_dir: str | os.PathLike, run_id: str | None = None, kind: str | None = None) -> list[dict]:
+    """Read the events a test sweep job recorded (for assertions)."""
     import json
 
     path = Path(sweep_dir) / "events.jsonl"

@@ -67,10 +67,12 @@ def load_tasks(cfg, split: str) -> list[Task]:
 
 
 def make_env(cfg=None) -> CorridorEnv:
+    """A fresh :class:`CorridorEnv` (``cfg`` is unused)."""
     return CorridorEnv()
 
 
 def build_prompt(obs: Observation, history: list[tuple[str, str]], step: int, history_length: int = 2) -> str:
+    """A one-line prompt: task, step, last ``history_length`` (observation, action) pairs, actions."""
     recent = history[-history_length:] if history_length else []
     past = " ".join(f"[{o} -> {a}]" for o, a in recent)
     actions = ", ".join(obs.admissible_actions or [])
@@ -78,8 +80,10 @@ def build_prompt(obs: Observation, history: list[tuple[str, str]], step: int, hi
 
 
 def expert_actions(task: Task) -> list[str]:
+    """The winning plan: ``go east`` length-1 times."""
     return ["go east"] * (int(task.payload["length"]) - 1)
 
 
 def expert_response(action: str, obs: Observation) -> str:
+    """The expert's response text for ``action`` in the think/action format."""
     return f"<think>go on</think><action>{action}</action>"

@@ -242,8 +242,10 @@ class CPUModelActor(BaseModelActor):
 
 
 class CPUReferenceActor(CPUModelActor):
+    """CPU stand-in for OpenRLHF's ReferenceModelActor (same methods; tests only)."""
     role = "reference"
 
 
 class CPUCriticActor(CPUModelActor):
+    """CPU stand-in for OpenRLHF's CriticModelActor (same methods; tests only)."""
     role = "critic"

@@ -106,7 +106,7 @@ class StepPPOTrainer(BasePPOTrainer):
             dp_ranks=dp_ranks)
 
     def train_step(self, rollout_samples, global_step):  # pragma: no cover - OpenRLHF's prompt-level entry
-        raise NotImplementedError("StepPPOTrainer trains on the suite's rollouts: use train_on_rollouts()")
+        raise RuntimeError("StepPPOTrainer trains on the suite's rollouts: use train_on_rollouts()")
 
     def make_experiences(self, rollouts: RolloutBatch) -> tuple[list, StepSamples]:
         """Experiences (old and reference log-probs, values, per-token advantages) of the rows."""
