@@ -10,6 +10,7 @@
     g2po algorithms                                              list estimators and their options
     g2po bench advantages [--sizes ...]                          estimator speed
     g2po config [--preset NAME] [key=value ...]                  print the resolved config
+    g2po config baseline=react [key=value ...]                   ... of a baseline run (config.yaml)
     g2po report RESULTS_DIR --out DIR                            tables and figures vs. the paper
     g2po sweep {launch,status,cancel,list} SPEC [...]            sweeps with Submitit (sweeps/cli.py)
 
@@ -129,6 +130,16 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"evaluation written to {out}")
             return 0
         if args.command == "config":
+            from baselines.config import is_baseline_request
+
+            if is_baseline_request(args.overrides, args.config):  # the baseline run's config.yaml
+                import yaml
+
+                from baselines.config import baseline_run_dict, load_baseline_config
+
+                cfg, b = load_baseline_config(args.config, args.overrides, preset=args.preset)
+                print(yaml.safe_dump(baseline_run_dict(cfg, b), sort_keys=False), end="")
+                return 0
             from g2po.config import config_to_yaml
 
             print(config_to_yaml(_load(args)), end="")

@@ -303,6 +303,22 @@ def test_cli_config_error(capsys):
     assert os.environ.get("HF_HUB_OFFLINE", "1")  # nothing was downloaded
 
 
+def test_cli_config_prints_the_baseline_run_config(capsys):
+    import yaml
+
+    from g2po.cli import main
+
+    assert main(["config", "baseline=reflexion", "env=toy", "baseline.policy=openai",
+                 "baseline.base_url=http://127.0.0.1:9/v1", "baseline.api_model=m", "baseline.max_trials=4",
+                 "eval.num_tasks=5"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["kind"] == "baseline" and printed["env"]["name"] == "toy"
+    assert printed["baseline"]["name"] == "reflexion" and printed["baseline"]["max_trials"] == 4
+    assert printed["eval"]["num_tasks"] == 5 and printed["tags"] == {"model_size": "m"}
+    assert main(["config", "baseline=react", "env=toy", "baseline.max_trails=4"]) == 2
+    assert "max_trails" in capsys.readouterr().err
+
+
 def test_bench_summarizes_baseline_runs(tmp_path, capsys):
     from baselines import bench
 
