@@ -45,6 +45,8 @@ from collections.abc import Mapping
 from pathlib import PurePath
 from typing import Any
 
+from benchmarks.alfworld.games import TASK_TYPES as ALFWORLD_TASK_TYPES
+
 __all__ = [
     "ALFWORLD_TASK_TYPES",
     "TASK_TYPE_METRIC",
@@ -64,14 +66,6 @@ __all__ = [
 ]
 
 #: ALFWorld task types, in the paper's column order, and their Table 1 metric names.
-ALFWORLD_TASK_TYPES = (
-    "pick_and_place_simple",
-    "look_at_obj_in_light",
-    "pick_clean_then_place_in_recep",
-    "pick_heat_then_place_in_recep",
-    "pick_cool_then_place_in_recep",
-    "pick_two_obj_and_place",
-)
 TASK_TYPE_METRIC = {
     "pick_and_place_simple": "success_pick",
     "look_at_obj_in_light": "success_look",

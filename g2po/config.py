@@ -21,6 +21,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from benchmarks.alfworld.games import TASK_TYPES as ALFWORLD_TASK_TYPES
+
 __all__ = [
     "ConfigError",
     "EnvConfig",
@@ -37,14 +39,6 @@ __all__ = [
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
-ALFWORLD_TASK_TYPES = (
-    "pick_and_place_simple",
-    "look_at_obj_in_light",
-    "pick_clean_then_place_in_recep",
-    "pick_heat_then_place_in_recep",
-    "pick_cool_then_place_in_recep",
-    "pick_two_obj_and_place",
-)
 
 
 class ConfigError(ValueError):

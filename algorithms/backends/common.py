@@ -5,8 +5,12 @@
   rollouts, whether trained locally or on OpenRLHF).
 - :func:`eval_summary`: the ``eval.json`` record of ``results/rundir.py`` from the evaluation
   history.
+- :func:`load_task_splits`, :func:`training_rollouts`, :func:`evaluate_panel`,
+  :func:`rollout_metrics`, :func:`eval_metrics`: one iteration's task choice, rollout
+  collection, evaluation and logged names, the same on every backend (a run's metrics.jsonl
+  reads the same whichever backend wrote it).
 
-numpy only: importable without torch or OpenRLHF.
+numpy and the benchmark harness only: importable without torch or OpenRLHF.
 """
 
 from __future__ import annotations
@@ -16,8 +20,11 @@ from typing import Any
 import numpy as np
 
 from algorithms.registry import AdvantageResult, estimate, estimator_spec
+from benchmarks.evaluation import evaluate, select_panel
+from benchmarks.rollout import RolloutBatch, collect_rollouts, success_by_task_type
 
-__all__ = ["needs_critic", "estimator_options", "step_advantages", "eval_summary"]
+__all__ = ["needs_critic", "estimator_options", "step_advantages", "eval_summary", "load_task_splits",
+           "training_rollouts", "evaluate_panel", "record_evaluation", "rollout_metrics", "eval_metrics"]
 
 
 def needs_critic(cfg) -> bool:
@@ -68,3 +75,74 @@ def eval_summary(cfg, history: list[dict[str, Any]]) -> dict[str, Any]:
         "final": history[-1],
         "best": best,
     }
+
+
+def load_task_splits(cfg, bench) -> tuple[list, list]:
+    """(training tasks, evaluation panel) of ``cfg.env``: ``cfg.env.train_split`` whole and
+    the panel of ``cfg.eval.num_tasks`` tasks of ``cfg.env.eval_split``
+    (:func:`benchmarks.evaluation.select_panel`).
+
+    Raises:
+        ValueError: the training split holds no task.
+    """
+    train_tasks = bench.load_tasks(cfg.env, cfg.env.train_split)
+    if not train_tasks:
+        raise ValueError(f"no training tasks in split {cfg.env.train_split!r}")
+    panel = select_panel(bench.load_tasks(cfg.env, cfg.env.eval_split), cfg.eval.num_tasks)
+    return train_tasks, panel
+
+
+def training_rollouts(cfg, policy, pool, bench, train_tasks, iteration: int) -> RolloutBatch:
+    """Iteration ``iteration``'s rollouts: ``train.groups_per_batch`` tasks drawn without
+    replacement (seeded by ``(seed, iteration)``), ``train.group_size`` episodes each, sampled
+    at ``train.temperature``/``train.top_p`` (GiGPO/G2PO protocol: groups of N on one task)."""
+    rng = np.random.default_rng([cfg.seed, iteration])
+    k = min(cfg.train.groups_per_batch, len(train_tasks))
+    chosen = [train_tasks[i] for i in sorted(rng.choice(len(train_tasks), size=k, replace=False))]
+    return collect_rollouts(
+        policy, pool, bench, chosen, group_size=cfg.train.group_size,
+        max_steps=cfg.env.max_steps, temperature=cfg.train.temperature, top_p=cfg.train.top_p,
+        max_new_tokens=cfg.train.max_response_tokens, seed=cfg.seed * 100003 + iteration,
+        history_length=cfg.env.history_length, success_reward=cfg.algorithm.success_reward,
+    )
+
+
+def evaluate_panel(cfg, policy, pool, bench, panel, iteration: int) -> dict[str, Any]:
+    """The evaluation record (:func:`benchmarks.evaluation.evaluate`) of ``panel`` at
+    ``eval.temperature`` with the training step limit, response length and history."""
+    return evaluate(
+        policy, pool, bench, panel, iteration=iteration, max_steps=cfg.env.max_steps,
+        temperature=cfg.eval.temperature, max_new_tokens=cfg.train.max_response_tokens,
+        seed=cfg.seed + 7919, episodes_per_task=cfg.eval.episodes_per_task,
+        history_length=cfg.env.history_length,
+    )
+
+
+def record_evaluation(history: list[dict[str, Any]], ev: dict[str, Any]) -> list[dict[str, Any]]:
+    """``history`` with ``ev`` appended, after dropping records of iteration >= ``ev``'s (a
+    resumed run re-evaluates an iteration it had evaluated before it was killed)."""
+    return [e for e in history if e["iteration"] < ev["iteration"]] + [ev]
+
+
+def rollout_metrics(rb: RolloutBatch) -> dict[str, Any]:
+    """The ``train/*`` metrics of one iteration's rollouts: success rate, mean episode length
+    (steps), invalid-action fraction, number of steps, crashed episodes, mean response length
+    (tokens), truncated prompts, and the success rate per task type."""
+    trajs = rb.trajectories
+    return {
+        "train/success_rate": rb.success_rate,
+        "train/episode_len": float(np.mean([t["num_steps"] for t in trajs])) if trajs else 0.0,
+        "train/invalid_frac": float((~rb.steps.action_valid).mean()) if len(rb.steps) else 0.0,
+        "train/steps": len(rb.steps),
+        "train/crashed": int(sum(t["crashed"] for t in trajs)),
+        "train/response_tokens": float(np.mean([len(r) for r in rb.response_ids])) if rb.response_ids else 0.0,
+        **{f"train/success/{k}": v for k, v in success_by_task_type(trajs).items()},
+    }
+
+
+def eval_metrics(ev: dict[str, Any]) -> dict[str, Any]:
+    """The ``eval/*`` metrics of an evaluation record: success rate, score, invalid-action
+    fraction and the success rate per task type."""
+    return {"eval/success_rate": ev["success_rate"], "eval/score": ev["score"],
+            "eval/invalid_frac": ev["invalid_frac"],
+            **{f"eval/success/{k}": v for k, v in ev["per_task_type"].items()}}

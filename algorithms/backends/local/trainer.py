@@ -32,7 +32,17 @@ import numpy as np
 import torch
 
 from algorithms import losses
-from algorithms.backends.common import eval_summary, needs_critic, step_advantages
+from algorithms.backends.common import (
+    eval_metrics,
+    eval_summary,
+    evaluate_panel,
+    load_task_splits,
+    needs_critic,
+    record_evaluation,
+    rollout_metrics,
+    step_advantages,
+    training_rollouts,
+)
 from algorithms.backends.local.model import (
     build_tiny_model,
     load_model_and_tokenizer,
@@ -42,9 +52,8 @@ from algorithms.backends.local.policy import LocalPolicy, pack_sequences, respon
 from algorithms.backends.local.sft import supervised_finetune
 from algorithms.backends.local.value import ValueModel
 from benchmarks.demos import collect_demonstrations
-from benchmarks.evaluation import evaluate, select_panel
 from benchmarks.registry import get_benchmark
-from benchmarks.rollout import RolloutBatch, collect_rollouts, success_by_task_type
+from benchmarks.rollout import RolloutBatch
 from benchmarks.workers import EnvPool
 from g2po.config import RunConfig, config_to_yaml, resolve_run_id
 from results.rundir import RunDir, atomic_write_json, atomic_write_text
@@ -149,11 +158,7 @@ class LocalTrainer:
         atomic_write_text(self.run.config_path, config_to_yaml(cfg))
         total = cfg.train.iterations
         self.run.write_status("running", 0, total)
-        train_tasks = self.bench.load_tasks(cfg.env, cfg.env.train_split)
-        eval_tasks = self.bench.load_tasks(cfg.env, cfg.env.eval_split)
-        if not train_tasks:
-            raise ValueError(f"no training tasks in split {cfg.env.train_split!r}")
-        panel = select_panel(eval_tasks, cfg.eval.num_tasks)
+        train_tasks, panel = load_task_splits(cfg, self.bench)
         t_setup = time.time()
         try:
             with EnvPool(cfg.env.name, cfg.env, cfg.env.num_workers) as pool:
@@ -193,10 +198,7 @@ class LocalTrainer:
             for it in range(self.start_iteration, total + 1):
                 rec = self._iteration(pool, train_tasks, it)
                 if cfg.eval.every and it % cfg.eval.every == 0 or it == total:
-                    ev = self._evaluate(pool, panel, it)
-                    rec.update({"eval/success_rate": ev["success_rate"], "eval/score": ev["score"],
-                                "eval/invalid_frac": ev["invalid_frac"],
-                                **{f"eval/success/{k}": v for k, v in ev["per_task_type"].items()}})
+                    rec.update(eval_metrics(self._evaluate(pool, panel, it)))
                 rec["time_s"] = time.time() - self.metrics_t0
                 self.run.log_metrics(rec)
                 if it % cfg.train.checkpoint_every == 0 or it == total:
@@ -208,15 +210,7 @@ class LocalTrainer:
     def _iteration(self, pool: EnvPool, train_tasks, it: int) -> dict[str, Any]:
         cfg = self.cfg
         t0 = time.time()
-        rng = np.random.default_rng([cfg.seed, it])
-        k = min(cfg.train.groups_per_batch, len(train_tasks))
-        chosen = [train_tasks[i] for i in sorted(rng.choice(len(train_tasks), size=k, replace=False))]
-        rb = collect_rollouts(
-            self.policy, pool, self.bench, chosen, group_size=cfg.train.group_size,
-            max_steps=cfg.env.max_steps, temperature=cfg.train.temperature, top_p=cfg.train.top_p,
-            max_new_tokens=cfg.train.max_response_tokens, seed=cfg.seed * 100003 + it,
-            history_length=cfg.env.history_length, success_reward=cfg.algorithm.success_reward,
-        )
+        rb = training_rollouts(cfg, self.policy, pool, self.bench, train_tasks, it)
         t_roll = time.time()
         values = None
         if self.critic is not None:
@@ -231,17 +225,10 @@ class LocalTrainer:
                                        clip=cfg.train.value_clip, batch_size=cfg.train.micro_batch_size,
                                        epochs=cfg.train.ppo_epochs, seed=cfg.seed + it))
         t_upd = time.time()
-        trajs = rb.trajectories
         rec: dict[str, Any] = {
             "iteration": it,
             "iter_s": t_upd - t0, "rollout_s": t_roll - t0, "adv_s": t_adv - t_roll, "update_s": t_upd - t_adv,
-            "train/success_rate": rb.success_rate,
-            "train/episode_len": float(np.mean([t["num_steps"] for t in trajs])),
-            "train/invalid_frac": float((~rb.steps.action_valid).mean()) if len(rb.steps) else 0.0,
-            "train/steps": len(rb.steps),
-            "train/crashed": int(sum(t["crashed"] for t in trajs)),
-            "train/response_tokens": float(np.mean([len(r) for r in rb.response_ids])) if rb.response_ids else 0.0,
-            **{f"train/success/{k}": v for k, v in success_by_task_type(trajs).items()},
+            **rollout_metrics(rb),
             **{f"adv/{k}": v for k, v in res.diagnostics.items()},
             **upd,
         }
@@ -313,14 +300,8 @@ class LocalTrainer:
 
     # ------------------------------------------------------------------ evaluation
     def _evaluate(self, pool: EnvPool, panel, iteration: int) -> dict[str, Any]:
-        cfg = self.cfg
-        ev = evaluate(
-            self.policy, pool, self.bench, panel, iteration=iteration, max_steps=cfg.env.max_steps,
-            temperature=cfg.eval.temperature, max_new_tokens=cfg.train.max_response_tokens,
-            seed=cfg.seed + 7919, episodes_per_task=cfg.eval.episodes_per_task,
-            history_length=cfg.env.history_length,
-        )
-        self.eval_history = [e for e in self.eval_history if e["iteration"] < iteration] + [ev]
+        ev = evaluate_panel(self.cfg, self.policy, pool, self.bench, panel, iteration)
+        self.eval_history = record_evaluation(self.eval_history, ev)
         self._write_eval()
         return ev
 

@@ -89,7 +89,7 @@ class ValueModel(torch.nn.Module):
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(self.parameters(), 1.0)
                 self.optimizer.step()
-                total += float(loss) * len(idx)
+                total += float(loss.detach()) * len(idx)
                 n += len(idx)
         self.eval()
         return {"loss/value": total / max(n, 1)}

@@ -40,12 +40,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import ray
 import torch
 from openrlhf.trainer.ppo_trainer import BasePPOTrainer
 
-from algorithms.backends.common import eval_summary
+from algorithms.backends.common import (
+    eval_metrics,
+    eval_summary,
+    evaluate_panel,
+    load_task_splits,
+    record_evaluation,
+    rollout_metrics,
+    training_rollouts,
+)
 from algorithms.backends.openrlhf.advantages import needs_critic, step_advantages
 from algorithms.backends.openrlhf.args import build_argv, parse_openrlhf_args
 from algorithms.backends.openrlhf.cluster import (
@@ -58,9 +65,8 @@ from algorithms.backends.openrlhf.experience import StepSamples, build_samples, 
 from algorithms.backends.openrlhf.experience_maker import StepExperienceMaker
 from algorithms.backends.openrlhf.policy import EnginePolicy, vllm_sampling_params
 from algorithms.backends.openrlhf.settings import OpenRLHFSettings, load_settings
-from benchmarks.evaluation import evaluate, select_panel
 from benchmarks.registry import get_benchmark
-from benchmarks.rollout import RolloutBatch, collect_rollouts, success_by_task_type
+from benchmarks.rollout import RolloutBatch
 from benchmarks.workers import EnvPool
 from g2po.config import RunConfig, config_to_yaml, resolve_run_id
 from results.rundir import RunDir, atomic_write_json, atomic_write_text
@@ -249,11 +255,7 @@ class OpenRLHFTrainer:
         atomic_write_json(self.run.root / "openrlhf.json", {
             "settings": settings.as_dict(), "allocation": dataclasses.asdict(alloc)})
         self.run.write_status("running", 0, total)
-        train_tasks = self.bench.load_tasks(cfg.env, cfg.env.train_split)
-        eval_tasks = self.bench.load_tasks(cfg.env, cfg.env.eval_split)
-        if not train_tasks:
-            raise ValueError(f"no training tasks in split {cfg.env.train_split!r}")
-        panel = select_panel(eval_tasks, cfg.eval.num_tasks)
+        train_tasks, panel = load_task_splits(cfg, self.bench)
         try:
             # environment workers are forked before Ray starts threads in this process
             with EnvPool(cfg.env.name, cfg.env, cfg.env.num_workers) as pool:
@@ -338,9 +340,7 @@ class OpenRLHFTrainer:
         for it in range(self.start_iteration, total + 1):
             rec = self._iteration(pool, train_tasks, it)
             if cfg.eval.every and it % cfg.eval.every == 0 or it == total:
-                ev = self._evaluate(pool, panel, it)
-                rec.update({"eval/success_rate": ev["success_rate"], "eval/score": ev["score"],
-                            **{f"eval/success/{k}": v for k, v in ev["per_task_type"].items()}})
+                rec.update(eval_metrics(self._evaluate(pool, panel, it)))
             rec["time_s"] = time.time() - self.metrics_t0
             self.run.log_metrics(rec)
             if it % cfg.train.checkpoint_every == 0 or it == total:
@@ -352,20 +352,11 @@ class OpenRLHFTrainer:
     def _iteration(self, pool: EnvPool, train_tasks, it: int) -> dict[str, Any]:
         cfg = self.cfg
         t0 = time.time()
-        rng = np.random.default_rng([cfg.seed, it])
-        k = min(cfg.train.groups_per_batch, len(train_tasks))
-        chosen = [train_tasks[i] for i in sorted(rng.choice(len(train_tasks), size=k, replace=False))]
         with self._awake():
-            rb = collect_rollouts(
-                self.policy, pool, self.bench, chosen, group_size=cfg.train.group_size,
-                max_steps=cfg.env.max_steps, temperature=cfg.train.temperature, top_p=cfg.train.top_p,
-                max_new_tokens=cfg.train.max_response_tokens, seed=cfg.seed * 100003 + it,
-                history_length=cfg.env.history_length, success_reward=cfg.algorithm.success_reward,
-            )
+            rb = training_rollouts(cfg, self.policy, pool, self.bench, train_tasks, it)
         t_roll = time.time()
         status, self.global_step = self.trainer.train_on_rollouts(rb, self.global_step)
         result = self.trainer.experience_maker.result
-        trajs = rb.trajectories
         rec: dict[str, Any] = {
             "iteration": it,
             "iter_s": time.time() - t0,
@@ -374,15 +365,9 @@ class OpenRLHFTrainer:
             "adv_s": status.pop("timing/adv_s", 0.0),
             "update_s": status.pop("timing/update_s", 0.0),
             "sync_s": status.pop("timing/sync_s", 0.0),
-            "train/success_rate": rb.success_rate,
-            "train/episode_len": float(np.mean([t["num_steps"] for t in trajs])),
-            "train/invalid_frac": float((~rb.steps.action_valid).mean()) if len(rb.steps) else 0.0,
-            "train/steps": len(rb.steps),
-            "train/crashed": int(sum(t["crashed"] for t in trajs)),
-            "train/response_tokens": float(np.mean([len(r) for r in rb.response_ids])) if rb.response_ids else 0.0,
+            **rollout_metrics(rb),
             "train/truncated_prompts": self.policy.truncated_prompts,
             "train/padding_samples": status.pop("samples_padding", 0.0),
-            **{f"train/success/{k}": v for k, v in success_by_task_type(trajs).items()},
             **{f"adv/{k}": v for k, v in (result.diagnostics if result is not None else {}).items()},
         }
         for k, v in status.items():  # the local backend's names where the quantity is the same
@@ -392,15 +377,9 @@ class OpenRLHFTrainer:
 
     # ------------------------------------------------------------------ evaluation
     def _evaluate(self, pool: EnvPool, panel, iteration: int) -> dict[str, Any]:
-        cfg = self.cfg
         with self._awake():
-            ev = evaluate(
-                self.policy, pool, self.bench, panel, iteration=iteration, max_steps=cfg.env.max_steps,
-                temperature=cfg.eval.temperature, max_new_tokens=cfg.train.max_response_tokens,
-                seed=cfg.seed + 7919, episodes_per_task=cfg.eval.episodes_per_task,
-                history_length=cfg.env.history_length,
-            )
-        self.eval_history = [e for e in self.eval_history if e["iteration"] < iteration] + [ev]
+            ev = evaluate_panel(self.cfg, self.policy, pool, self.bench, panel, iteration)
+        self.eval_history = record_evaluation(self.eval_history, ev)
         self._write_eval()
         return ev
 
