@@ -31,15 +31,14 @@ if importlib.util.find_spec("openrlhf") is None:  # pragma: no cover - depends o
         pytest.fail(f"openrlhf is not installed in CI: {INSTALL}", pytrace=False)
     pytest.skip(f"openrlhf is not installed: {INSTALL}", allow_module_level=True)
 
+from fake_rollouts import TOY, act, toy_rollouts  # noqa: E402
+
 from algorithms.backends.common import estimator_options as local_estimator_options  # noqa: E402
 from algorithms.registry import estimate  # noqa: E402
-from benchmarks.policy import Generation  # noqa: E402
-from benchmarks.registry import get_benchmark  # noqa: E402
 from benchmarks.rollout import collect_rollouts  # noqa: E402
 from benchmarks.workers import EnvPool  # noqa: E402
 from g2po.config import load_config  # noqa: E402
 
-TOY = get_benchmark("toy")
 _STUB_ROOTS = ("vllm", "flash_attn")
 
 
@@ -74,35 +73,6 @@ def orl():
 
 
 # ---------------------------------------------------------------------------- helpers
-class TokenPolicy:
-    """Seeded random responses with fake token ids."""
-
-    def __init__(self, responses):
-        self.responses = responses
-
-    def generate(self, prompts, *, temperature, max_new_tokens, top_p=1.0, seed=None):
-        rng = np.random.default_rng(seed)
-        out = []
-        for p in prompts:
-            text = self.responses[int(rng.integers(len(self.responses)))]
-            prompt_ids = [1] + [int(x) for x in rng.integers(3, 50, size=len(p) % 7 + 3)]
-            resp = [int(x) for x in rng.integers(3, 50, size=int(rng.integers(1, 6)))] + [2]
-            out.append(Generation(text=text, prompt_ids=prompt_ids, response_ids=resp))
-        return out
-
-
-def act(a):
-    return f"<think>t</think><action>{a}</action>"
-
-
-def toy_rollouts(seed=0, groups=3, group_size=4, max_steps=5):
-    tasks = TOY.load_tasks(None, "train")[:groups]
-    pol = TokenPolicy([act("go east"), act("go west"), act("look"), "no tags"])
-    with EnvPool("toy", None, 2) as pool:
-        return collect_rollouts(pol, pool, TOY, tasks, group_size=group_size, max_steps=max_steps,
-                                temperature=1.0, max_new_tokens=8, seed=seed)
-
-
 def parsed_args(orl, cfg, settings=None, **kw):
     settings = settings or orl.settings.OpenRLHFSettings(num_nodes=1, gpus_per_node=1).resolved()
     argv = orl.args.build_argv(cfg, settings, model_path=kw.pop("model_path", "/models/x"),

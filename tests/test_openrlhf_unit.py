@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from fake_rollouts import toy_rollouts
 
 from algorithms.backends.common import estimator_options as local_estimator_options
 from algorithms.backends.openrlhf.advantages import estimator_options, needs_critic, step_advantages
@@ -20,43 +21,9 @@ from algorithms.backends.openrlhf.cluster import (
 )
 from algorithms.backends.openrlhf.settings import OpenRLHFSettings, load_settings
 from algorithms.registry import estimate
-from benchmarks.policy import Generation
-from benchmarks.registry import get_benchmark
-from benchmarks.rollout import collect_rollouts
-from benchmarks.workers import EnvPool
 from g2po.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
-TOY = get_benchmark("toy")
-
-
-class TokenPolicy:
-    """Seeded random responses with fake token ids (prompt ids from the prompt's length)."""
-
-    def __init__(self, responses):
-        self.responses = responses
-
-    def generate(self, prompts, *, temperature, max_new_tokens, top_p=1.0, seed=None):
-        rng = np.random.default_rng(seed)
-        out = []
-        for p in prompts:
-            text = self.responses[int(rng.integers(len(self.responses)))]
-            prompt_ids = [1] + [int(x) for x in rng.integers(3, 50, size=len(p) % 7 + 3)]
-            resp = [int(x) for x in rng.integers(3, 50, size=int(rng.integers(1, 6)))] + [2]
-            out.append(Generation(text=text, prompt_ids=prompt_ids, response_ids=resp))
-        return out
-
-
-def act(a):
-    return f"<think>t</think><action>{a}</action>"
-
-
-def toy_rollouts(seed=0, groups=3, group_size=4, max_steps=5):
-    tasks = TOY.load_tasks(None, "train")[:groups]
-    pol = TokenPolicy([act("go east"), act("go west"), act("look"), "no tags"])
-    with EnvPool("toy", None, 2) as pool:
-        return collect_rollouts(pol, pool, TOY, tasks, group_size=group_size, max_steps=max_steps,
-                                temperature=1.0, max_new_tokens=8, seed=seed)
 
 
 # ---------------------------------------------------------------------------- imports
