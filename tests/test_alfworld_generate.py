@@ -109,6 +109,34 @@ def test_ensure_generated_cache_and_split_plans(tmp_path):
     assert not list(tmp_path.glob(".gen.*"))  # temporary folders cleaned up
 
 
+def test_concurrent_callers_generate_once(tmp_path, monkeypatch):
+    """Two callers on one cache folder: one generates under the lock, the other waits and
+    reuses its games (without the lock both would generate and swap folders under each other)."""
+    import fcntl
+    import threading
+
+    from benchmarks.alfworld import generate as gen
+
+    calls = []
+    real = gen._generate_into
+    monkeypatch.setattr(gen, "_generate_into", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    cfg = EnvConfig(generated_dir=str(tmp_path / "gen"), generated_train_games=1, generated_eval_games=1,
+                    generated_max_receptacles=3, task_types=["pick_and_place_simple"])
+    results = []
+    with open(tmp_path / "gen.lock", "a+") as held:  # a third party holds the lock first
+        fcntl.flock(held, fcntl.LOCK_EX)
+        threads = [threading.Thread(target=lambda: results.append(ensure_generated(cfg, workers=1, progress=False)))
+                   for _ in range(2)]
+        for t in threads:
+            t.start()
+        threads[0].join(timeout=1.0)
+        assert all(t.is_alive() for t in threads) and not (tmp_path / "gen").exists()  # both wait
+    for t in threads:
+        t.join(timeout=300)
+    assert results == [tmp_path / "gen"] * 2 and len(calls) == 1
+    assert len(load_tasks(cfg, "train")) == 1 and len(load_tasks(cfg, "eval")) == 1
+
+
 def test_bad_arguments(tmp_path):
     with pytest.raises(ValueError):
         generate_games(tmp_path, "train", 1, 0, 4, ["bogus"])

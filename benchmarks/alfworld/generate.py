@@ -58,6 +58,7 @@ folder records the measured times (``seconds_per_game``, ``generation.*.cpu_seco
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -745,8 +746,9 @@ def ensure_generated(cfg: Any, *, workers: int = 0, progress: bool = True) -> Pa
 
     The folder is reused when its ``manifest.json`` records the same settings
     (:func:`generated_settings`) and holds that many games; otherwise everything is generated
-    into a temporary sibling folder which then replaces it (atomic rename; a concurrent process
-    that finished first wins and its identical result is used).
+    into a temporary sibling folder which then replaces it (atomic rename). Concurrent callers
+    (runs of a sweep sharing one cache) take an exclusive ``flock`` on ``<name>.lock`` next to
+    the folder: one generates, the others wait and then reuse its games.
 
     Args:
         cfg: an ``EnvConfig``.
@@ -761,6 +763,14 @@ def ensure_generated(cfg: Any, *, workers: int = 0, progress: bool = True) -> Pa
     if _complete(root, _read_manifest(root), settings):
         return root
     root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / f"{root.name}.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if _complete(root, _read_manifest(root), settings):  # another process generated them meanwhile
+            return root
+        return _generate_into(root, settings, workers=workers, progress=progress)
+
+
+def _generate_into(root: Path, settings: dict[str, Any], *, workers: int, progress: bool) -> Path:
     tmp = root.parent / f".{root.name}.tmp-{os.getpid()}-{time.time_ns()}"
     try:
         t0 = time.perf_counter()
