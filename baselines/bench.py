@@ -78,17 +78,27 @@ def row_of(run: Path) -> dict:
 
 
 def format_rows(rows: list[dict], title: str) -> str:
-    """A plain-text table of bench rows."""
+    """A plain-text table of bench rows: success rate (successes/episodes), score, mean steps,
+    invalid-action fraction, generated tokens per second of generation time (``tok/s``), prompt
+    tokens per second of generation time (``prompt tok/s``, the prefill side that dominates on a
+    CPU), generation and wall seconds, success per task type (ALFWorld short names) and by trial."""
+    from benchmarks.alfworld.games import SHORT_NAMES, TASK_TYPES
+
+    order = {t: i for i, t in enumerate(TASK_TYPES)}
+
     lines = [title, f"{'env':9} {'method':10} {'success':>14} {'score':>6} {'steps':>6} {'invalid':>7} {'tok/s':>6} "
-                    f"{'gen s':>7} {'wall s':>7}  per task type / by trial"]
+                    f"{'prompt tok/s':>12} {'gen s':>7} {'wall s':>7}  per task type / by trial"]
     for r in rows:
         n = r["num_episodes"] or 0
         succ = f"{r['success_rate']:.3f} ({round(r['success_rate'] * n)}/{n})"
-        per = ", ".join(f"{k} {v:.2f}" for k, v in (r["per_task_type"] or {}).items())
+        gen_s = r["generation_seconds"] or 0.0
+        prompt_tps = (r["prompt_tokens"] or 0) / gen_s if gen_s > 0 else 0.0
+        per = ", ".join(f"{SHORT_NAMES.get(k, k)} {v:.2f}" for k, v in sorted((r["per_task_type"] or {}).items(),
+                                                                         key=lambda kv: order.get(kv[0], len(order))))
         if r.get("success_by_trial"):
             per += "; by trial " + "/".join(f"{x:.3f}" for x in r["success_by_trial"])
         lines.append(f"{r['env']:9} {r['method']:10} {succ:>14} {r['score']:6.1f} {r['mean_steps']:6.1f} "
-                     f"{r['invalid_frac']:7.2f} {r['tokens_per_second']:6.2f} {r['generation_seconds']:7.0f} "
+                     f"{r['invalid_frac']:7.2f} {r['tokens_per_second']:6.2f} {prompt_tps:12.1f} {gen_s:7.0f} "
                      f"{r['wall_seconds']:7.0f}  {per}")
     return "\n".join(lines)
 
