@@ -78,10 +78,12 @@ def evaluate(
     batch_tasks: int = 32,
     prompt_style: str = "reference",
     on_progress=None,
+    stop_after_refusals: int = 0,
 ) -> dict[str, Any]:
     """Play every panel task ``episodes_per_task`` times and summarise.
 
-    ``on_progress(done_episodes, total_episodes)`` is called after each batch of ``batch_tasks``.
+    ``on_progress(done_episodes, total_episodes)`` is called after each batch of ``batch_tasks``;
+    ``stop_after_refusals`` as in :func:`benchmarks.rollout.collect_rollouts`.
 
     Returns:
         EVAL dict: ``iteration, success_rate`` (fraction), ``success_ci`` ([low, high], the 95 %
@@ -106,6 +108,7 @@ def evaluate(
             policy, pool, benchmark, chunk, group_size=episodes_per_task, max_steps=max_steps,
             temperature=temperature, max_new_tokens=max_new_tokens, seed=seed + start,
             history_length=history_length, group_offset=start, prompt_style=prompt_style,
+            stop_after_refusals=stop_after_refusals,
         )
         trajs.extend(rb.trajectories)
         invalid += int((~rb.steps.action_valid).sum())

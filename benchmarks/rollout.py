@@ -5,8 +5,10 @@ For each of G tasks, N environments start the same task (a *task group*, ALGORIT
 environments are generated in one batch by the policy, parsed
 (:func:`benchmarks.parsing.parse_response`), and stepped in parallel worker processes
 (:class:`benchmarks.workers.EnvPool`). An episode ends on success, on the environment's own
-end, at ``max_steps`` (truncation: a failure), or when its environment crashes (a failure,
-restarted for the next episode).
+end, at ``max_steps`` (truncation: a failure), after ``stop_after_refusals`` consecutive
+actions the engine refused when that option is on (``Observation.info["refused"]``; a
+failure, recorded as ``stuck``), or when its environment crashes (a failure, restarted for the
+next episode).
 
 Rewards follow the reference setting: the final step of a successful episode gets
 ``success_reward`` (10), every other step 0; an environment that reports a task score
@@ -78,7 +80,7 @@ class RolloutBatch:
             (:func:`benchmarks.policy.response_was_cut`); its action is usually invalid.
         trajectories: one dict per trajectory: ``traj_id, group_id, task_id, task_type,
             success, num_steps, score, invalid_steps, truncated`` (ran to the step limit
-            without success), ``truncated_responses`` (steps whose response was cut at the
+            without success), ``stuck`` (ended by ``stop_after_refusals``), ``truncated_responses`` (steps whose response was cut at the
             token limit), ``crashed``.
         sampler_logprobs: B entries, each the sampler's log-probs of the response tokens
             (``Generation.logprobs``) or None where the policy does not report them.
@@ -137,6 +139,7 @@ def collect_rollouts(
     group_offset: int = 0,
     on_step: Any = None,
     prompt_style: str = "reference",
+    stop_after_refusals: int = 0,
 ) -> RolloutBatch:
     """Play ``group_size`` episodes of every task in lock-step and collect the steps.
 
@@ -157,6 +160,8 @@ def collect_rollouts(
         on_step: optional callback ``on_step(t, num_active)`` for progress display.
         prompt_style: the benchmark's prompt style (``env.prompt``: ``"reference"`` or, for
             ALFWorld, ``"compact"``).
+        stop_after_refusals: end an episode (a failure) after this many consecutive steps whose
+            observation has ``info["refused"]`` true (ALFWorld's "Nothing happens."); 0 = never.
 
     Returns:
         RolloutBatch with one row per step taken.
@@ -175,6 +180,8 @@ def collect_rollouts(
     n_steps = [0] * n_env
     invalid = [0] * n_env
     cut_responses = [0] * n_env
+    refusals = [0] * n_env  # consecutive refused actions
+    stuck = [False] * n_env
     rows: list[dict[str, Any]] = []
     # a benchmark's own extraction (AppWorld's <code> cells), else the reference projection
     own = getattr(benchmark, "parse_response", None)
@@ -208,6 +215,9 @@ def collect_rollouts(
             invalid[i] += int(not p.valid)
             cut_responses[i] += int(rows[-1]["response_truncated"])
             history[i].append((obs[i].text, p.action))
+            refusals[i] = refusals[i] + 1 if o.info.get("refused") else 0
+            if stop_after_refusals and refusals[i] >= stop_after_refusals and not o.done:
+                stuck[i] = done = True
             obs[i] = o
             if o.info.get("crashed"):
                 crashed[i] = True
@@ -236,7 +246,7 @@ def collect_rollouts(
             "traj_id": traj_of[i], "group_id": group_of[i], "task_id": env_task[i].task_id,
             "task_type": env_task[i].task_type, "success": won[i], "num_steps": n_steps[i],
             "score": score[i], "invalid_steps": invalid[i],
-            "truncated": (not won[i]) and n_steps[i] >= max_steps,
+            "truncated": (not won[i]) and n_steps[i] >= max_steps, "stuck": stuck[i],
             "truncated_responses": cut_responses[i], "crashed": crashed[i],
         }
         for i in range(n_env)

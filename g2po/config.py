@@ -66,6 +66,11 @@ class EnvConfig:
     # rest: "reference"); load_config resolves it, so the saved config records the key used
     state_key: str = "auto"  # "auto" | "reference" | "raw"
     history_length: int = 3
+    # end an episode (a failure) after this many consecutive actions the engine refused
+    # ("Nothing happens."; Observation.info["refused"]); 0 = never (the reference: the step limit
+    # alone ends it). A CPU-proxy option: a stuck tiny model otherwise repeats a refused command
+    # until max_steps, and those duplicate steps dominate the batch
+    stop_after_refusals: int = 0
     num_workers: int = 0  # 0 = one per CPU this process may use (affinity, SLURM, cgroup quota)
     # recycle an environment worker process after it started this many episodes (0 = never);
     # bounds the memory environment libraries keep per game (benchmarks/workers.py)
@@ -346,6 +351,7 @@ def validate_config(cfg: RunConfig) -> None:
     need(cfg.env.generated_eval_scenes in ("seen", "unseen"), "env.generated_eval_scenes", "choose seen or unseen")
     need(cfg.env.max_steps >= 1, "env.max_steps", "must be >= 1")
     need(cfg.env.history_length >= 0, "env.history_length", "must be >= 0")
+    need(cfg.env.stop_after_refusals >= 0, "env.stop_after_refusals", "must be >= 0 (0 = off)")
     need(cfg.env.generated_train_games >= 0, "env.generated_train_games", "must be >= 0")
     need(cfg.env.generated_eval_games >= 0, "env.generated_eval_games", "must be >= 0")
     need(cfg.env.generated_max_receptacles >= 0, "env.generated_max_receptacles", "must be >= 0")

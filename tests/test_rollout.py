@@ -58,6 +58,34 @@ def test_invalid_output_is_penalised_and_the_episode_goes_on():
     assert len(set(rb.steps.state_key.tolist())) == 1
 
 
+class SequencePolicy:
+    """Answers step t of every episode with ``responses[t]`` (the step is read from the seed)."""
+
+    def __init__(self, responses):
+        self.responses = responses
+
+    def generate(self, prompts, *, temperature, max_new_tokens, top_p=1.0, seed=None):
+        return [Generation(text=self.responses[seed % 1000]) for _ in prompts]
+
+
+def test_stop_after_refusals_ends_a_stuck_episode_as_a_failure():
+    tasks = TOY.load_tasks(None, "train")[3:4]  # corridor of length 5: four "go east" win
+    # east, refused, refused, east, refused x3 -> stuck after step index 6 with stop_after_refusals=3
+    script = [act("go east"), act("jump"), act("jump"), act("go east")] + [act("jump")] * 6
+    with EnvPool("toy", None, 1) as pool:
+        rb = collect_rollouts(SequencePolicy(script), pool, TOY, tasks, group_size=2, max_steps=10,
+                              temperature=1.0, max_new_tokens=8, seed=0, stop_after_refusals=3)
+        off = collect_rollouts(SequencePolicy(script), pool, TOY, tasks, group_size=2, max_steps=10,
+                               temperature=1.0, max_new_tokens=8, seed=0)
+    # two refusals in a row (steps 1-2) do not stop it; three (steps 4-6) do, after step 6
+    assert [t["num_steps"] for t in rb.trajectories] == [7, 7]
+    assert all(t["stuck"] and not t["success"] and not t["truncated"] for t in rb.trajectories)
+    assert len(rb.steps) == 14 and rb.steps.reward.sum() == 0.0
+    # off (the default): the step limit ends it
+    assert [t["num_steps"] for t in off.trajectories] == [10, 10]
+    assert all(t["truncated"] and not t["stuck"] for t in off.trajectories)
+
+
 def test_same_seed_same_rollouts():
     tasks = TOY.load_tasks(None, "train")
     pol = ScriptedPolicy([act("go east"), act("go west"), act("look"), "garbage"])

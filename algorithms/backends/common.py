@@ -116,7 +116,7 @@ def training_rollouts(cfg, policy, pool, bench, train_tasks, iteration: int, on_
         max_steps=cfg.env.max_steps, temperature=cfg.train.temperature, top_p=cfg.train.top_p,
         max_new_tokens=cfg.train.max_response_tokens, seed=cfg.seed * 100003 + iteration,
         history_length=cfg.env.history_length, success_reward=cfg.algorithm.success_reward,
-        prompt_style=cfg.env.prompt, on_step=on_step,
+        prompt_style=cfg.env.prompt, on_step=on_step, stop_after_refusals=cfg.env.stop_after_refusals,
     )
 
 
@@ -129,6 +129,7 @@ def evaluate_panel(cfg, policy, pool, bench, panel, iteration: int, on_progress=
         temperature=cfg.eval.temperature, max_new_tokens=cfg.train.max_response_tokens,
         seed=cfg.seed + 7919, episodes_per_task=cfg.eval.episodes_per_task,
         history_length=cfg.env.history_length, prompt_style=cfg.env.prompt, on_progress=on_progress,
+        stop_after_refusals=cfg.env.stop_after_refusals,
     )
 
 
@@ -140,7 +141,8 @@ def record_evaluation(history: list[dict[str, Any]], ev: dict[str, Any]) -> list
 
 def rollout_metrics(rb: RolloutBatch) -> dict[str, Any]:
     """The ``train/*`` metrics of one iteration's rollouts: success rate, mean episode length
-    (steps), invalid-action fraction, number of steps, crashed episodes and all episodes, mean response length
+    (steps), invalid-action fraction, number of steps, crashed episodes, episodes ended by
+    ``env.stop_after_refusals`` (``train/stuck``) and all episodes, mean response length
     (tokens), ``train/truncated_prompts`` (this iteration's training steps whose prompt was
     cut to ``train.max_prompt_tokens``: a count per iteration, not a running total),
     ``train/truncated_responses`` (fraction of this iteration's steps whose response was cut
@@ -155,6 +157,7 @@ def rollout_metrics(rb: RolloutBatch) -> dict[str, Any]:
         "train/invalid_frac": float((~rb.steps.action_valid).mean()) if len(rb.steps) else 0.0,
         "train/steps": len(rb.steps),
         "train/crashed": int(sum(t["crashed"] for t in trajs)),
+        "train/stuck": int(sum(t.get("stuck", False) for t in trajs)),
         "train/episodes": len(trajs),
         "train/response_tokens": float(np.mean([len(r) for r in rb.response_ids])) if rb.response_ids else 0.0,
         **{f"train/success/{k}": v for k, v in success_by_task_type(trajs).items()},

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.alfworld.engine import make_pddl_env, split_intro
-from benchmarks.alfworld.state_keys import StateKeyRule, make_state_key
+from benchmarks.alfworld.state_keys import NOTHING_HAPPENS, StateKeyRule, make_state_key
 from benchmarks.base import Environment, Observation, Task
 
 __all__ = ["AlfworldEnv"]
@@ -142,7 +142,8 @@ class AlfworldEnv(Environment):
             reward=1.0 if won else 0.0,
             done=self._done,
             won=won,
-            info={"gamefile": self._loaded, "task_id": self._task.task_id, "step": self._steps},
+            info={"gamefile": self._loaded, "task_id": self._task.task_id, "step": self._steps,
+                  "refused": text.startswith(NOTHING_HAPPENS)},
         )
 
     def close(self) -> None:

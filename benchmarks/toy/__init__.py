@@ -34,9 +34,9 @@ class CorridorEnv(Environment):
 
     def _obs(self, text: str, *, reward: float = 0.0, done: bool = False, won: bool = False) -> Observation:
         admissible = ["go east", "go west", "look"]
-        key = f"room {self.pos}" if not text.startswith("Nothing happens") else f"room {self.pos}"
         return Observation(text=text, instruction=self.instruction, admissible_actions=admissible,
-                           state_key=key, reward=reward, done=done, won=won)
+                           state_key=f"room {self.pos}", reward=reward, done=done, won=won,
+                           info={"refused": text.startswith("Nothing happens")})
 
     def reset(self, task: Task) -> Observation:
         self.length = int(task.payload["length"])
