@@ -17,7 +17,7 @@ import os
 from benchmarks.base import Environment, Observation, Task
 
 __all__ = ["CorridorEnv", "load_tasks", "make_env", "build_prompt", "expert_actions",
-           "expert_response", "TASK_TYPES"]
+           "expert_detour", "expert_response", "TASK_TYPES"]
 
 TASK_TYPES = ("corridor",)
 
@@ -84,6 +84,27 @@ def build_prompt(obs: Observation, history: list[tuple[str, str]], step: int, hi
 def expert_actions(task: Task) -> list[str]:
     """The winning plan: ``go east`` length-1 times."""
     return ["go east"] * (int(task.payload["length"]) - 1)
+
+
+def expert_detour(plan: list[str], first_obs: Observation, rng) -> list[str]:
+    """The plan with a wasted step pair: ``go west`` then ``go east`` inserted at a random point.
+
+    Still wins, two steps later. A warm start trained on such demonstrations goes west now and
+    then, which a tight step limit punishes: the toy setting where RL has something generic to
+    learn (never go west), used by the learning test (``train.sft_detour_prob``).
+
+    Args:
+        plan: the expert plan (:func:`expert_actions`).
+        first_obs: the reset observation (unused; the signature of the ALFWorld detour).
+        rng: a ``numpy.random.Generator``.
+
+    Returns:
+        The new plan (``plan`` unchanged when it is empty).
+    """
+    if not plan:
+        return list(plan)
+    k = int(rng.integers(len(plan)))
+    return [*plan[:k], "go west", "go east", *plan[k:]]
 
 
 def expert_response(action: str, obs: Observation, style: str = "reference") -> str:
