@@ -67,10 +67,11 @@ class EnvConfig:
     state_key: str = "auto"  # "auto" | "reference" | "raw"
     history_length: int = 3
     # end an episode (a failure) after this many consecutive actions the engine refused
-    # ("Nothing happens."; Observation.info["refused"]); 0 = never (the reference: the step limit
-    # alone ends it). A CPU-proxy option: a stuck tiny model otherwise repeats a refused command
-    # until max_steps, and those duplicate steps dominate the batch
-    stop_after_refusals: int = 0
+    # (ALFWorld's "Nothing happens."; Observation.info["refused"]); 0 = never, the reference (the
+    # step limit alone ends an episode; the GPU presets set 0). The CPU proxy uses 2: a stuck tiny
+    # model otherwise repeats a refused command until max_steps, those duplicate steps dominate
+    # the batch, and iterations take twice as long (measured: 32 s -> 17 s)
+    stop_after_refusals: int = 2
     num_workers: int = 0  # 0 = one per CPU this process may use (affinity, SLURM, cgroup quota)
     # recycle an environment worker process after it started this many episodes (0 = never);
     # bounds the memory environment libraries keep per game (benchmarks/workers.py)
