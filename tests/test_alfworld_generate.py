@@ -103,10 +103,16 @@ def test_ensure_generated_cache_and_split_plans(tmp_path):
     stamp = (root / "manifest.json").stat().st_mtime_ns
     assert ensure_generated(cfg, workers=1, progress=False) == root  # cached
     assert (root / "manifest.json").stat().st_mtime_ns == stamp
-    cfg.generated_eval_games = 1  # settings changed -> regenerated in place
-    ensure_generated(cfg, workers=1, progress=False)
+    first_games = sorted(p.name for p in (root / "json_2.1.1" / "eval").glob("*/*"))
+    cfg.generated_eval_games = 1  # settings changed -> a settings-keyed sibling folder
+    other = ensure_generated(cfg, workers=1, progress=False)
+    assert other != root and other.name.startswith("gen-")
     assert len(load_tasks(cfg, "eval")) == 1
-    assert not list(tmp_path.glob(".gen.*"))  # temporary folders cleaned up
+    # the first settings' games are untouched (a run may be playing them) and still reused
+    assert sorted(p.name for p in (root / "json_2.1.1" / "eval").glob("*/*")) == first_games
+    assert (root / "manifest.json").stat().st_mtime_ns == stamp
+    assert ensure_generated(cfg, workers=1, progress=False) == other  # the sibling is reused
+    assert not list(tmp_path.glob(".gen*"))  # temporary folders cleaned up
 
 
 def test_concurrent_callers_generate_once(tmp_path, monkeypatch):

@@ -758,10 +758,13 @@ def ensure_generated(cfg: Any, *, workers: int = 0, progress: bool = True) -> Pa
     games into ``cfg.generated_dir`` once; return that folder (it holds ``json_2.1.1``).
 
     The folder is reused when its ``manifest.json`` records the same settings
-    (:func:`generated_settings`) and holds that many games; otherwise everything is generated
-    into a temporary sibling folder which then replaces it (atomic rename). Concurrent callers
-    (runs of a sweep sharing one cache) take an exclusive ``flock`` on ``<name>.lock`` next to
-    the folder: one generates, the others wait and then reuse its games.
+    (:func:`generated_settings`) and holds that many games. When it holds a complete set of
+    *other* settings, those games are left alone (a run may be playing them) and the games of
+    these settings live in the sibling folder ``<generated_dir>-<settings hash>``; otherwise
+    (no folder, or an incomplete one) everything is generated into a temporary sibling folder
+    which then replaces it (atomic rename). Concurrent callers (runs of a sweep sharing one
+    cache) take an exclusive ``flock`` on ``<name>.lock`` next to the folder: one generates, the
+    others wait and then reuse its games.
 
     Args:
         cfg: an ``EnvConfig``.
@@ -769,12 +772,18 @@ def ensure_generated(cfg: Any, *, workers: int = 0, progress: bool = True) -> Pa
         progress: show progress bars while generating.
 
     Returns:
-        ``Path(cfg.generated_dir)``.
+        The games folder: ``Path(cfg.generated_dir)`` or its settings-keyed sibling.
     """
     root = Path(cfg.generated_dir)
     settings = generated_settings(cfg)
     if _complete(root, _read_manifest(root), settings):
         return root
+    other = _read_manifest(root)
+    if other and _complete(root, other, other.get("settings")):
+        key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
+        root = root.with_name(f"{root.name}-{key}")  # never replace games a run may be playing
+        if _complete(root, _read_manifest(root), settings):
+            return root
     root.parent.mkdir(parents=True, exist_ok=True)
     with open(root.parent / f"{root.name}.lock", "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
