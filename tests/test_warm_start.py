@@ -23,7 +23,8 @@ def test_key_ignores_seed_estimator_and_rl_settings_but_not_the_warm_start_setti
     same = [_cfg(tmp_path, "seed=7"), _cfg(tmp_path, "algorithm.name=grpo"), _cfg(tmp_path, "train.lr=1e-5"),
             _cfg(tmp_path, "eval.num_tasks=3"), _cfg(tmp_path, "train.iterations=9"),
             _cfg(tmp_path, "model.num_threads=2"), _cfg(tmp_path, "env.generated_dir=/elsewhere"),
-            _cfg(tmp_path, "env.webshop_reward=lenient"), _cfg(tmp_path, "env.num_workers=2")]
+            _cfg(tmp_path, "env.webshop_reward=lenient"), _cfg(tmp_path, "env.num_workers=2"),
+            _cfg(tmp_path, "env.stop_after_refusals=0")]
     for cfg in same:
         assert warm_start_key(cfg) == warm_start_key(base)
     other = [_cfg(tmp_path, "train.sft_epochs=3"), _cfg(tmp_path, "train.sft_lr=1e-3"),

@@ -61,9 +61,9 @@ class WarmStart:
 
 #: env keys that do not change the warm start: the evaluation split, where the generated games
 #: are cached (their content is a function of the generation settings), worker processes, the
-#: state key (the estimator's, resolved per run)
+#: state key (the estimator's, resolved per run), the refusal stop (the expert is never refused)
 _NOT_WARM_START_ENV = ("eval_split", "num_workers", "worker_max_episodes", "generated_dir",
-                       "generated_eval_games", "generated_eval_scenes", "state_key")
+                       "generated_eval_games", "generated_eval_scenes", "state_key", "stop_after_refusals")
 #: settings of one benchmark (``<name>_...``) do not change another benchmark's warm start
 _BENCHMARK_PREFIXES = ("webshop", "appworld", "alfworld")
 
