@@ -140,6 +140,7 @@ def collect_rollouts(
     on_step: Any = None,
     prompt_style: str = "reference",
     stop_after_refusals: int = 0,
+    refused_is_invalid: bool = False,
 ) -> RolloutBatch:
     """Play ``group_size`` episodes of every task in lock-step and collect the steps.
 
@@ -162,6 +163,8 @@ def collect_rollouts(
             ALFWorld, ``"compact"``).
         stop_after_refusals: end an episode (a failure) after this many consecutive steps whose
             observation has ``info["refused"]`` true (ALFWorld's "Nothing happens."); 0 = never.
+        refused_is_invalid: a refused action's row is marked invalid (``action_valid`` False),
+            so the estimators' invalid-action penalty applies to it as to a malformed output.
 
     Returns:
         RolloutBatch with one row per step taken.
@@ -203,7 +206,8 @@ def collect_rollouts(
             o = new_obs[i]
             done = o.done or t == max_steps - 1
             rows.append({
-                "env": i, "step": t, "state_text": obs[i].state_key, "valid": p.valid,
+                "env": i, "step": t, "state_text": obs[i].state_key,
+                "valid": p.valid and not (refused_is_invalid and o.info.get("refused", False)),
                 "reward": success_reward if o.won else 0.0,
                 "prompt_ids": gen.prompt_ids, "response_ids": gen.response_ids, "response": gen.text,
                 "logprobs": gen.logprobs,

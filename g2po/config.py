@@ -72,6 +72,9 @@ class EnvConfig:
     # model otherwise repeats a refused command until max_steps, those duplicate steps dominate
     # the batch, and iterations take twice as long (measured: 32 s -> 17 s)
     stop_after_refusals: int = 2
+    # count a refused action as an invalid one: penalised by algorithm.invalid_penalty like a
+    # malformed output (the reference penalises malformed outputs only; a CPU-proxy option)
+    refused_is_invalid: bool = False
     num_workers: int = 0  # 0 = one per CPU this process may use (affinity, SLURM, cgroup quota)
     # recycle an environment worker process after it started this many episodes (0 = never);
     # bounds the memory environment libraries keep per game (benchmarks/workers.py)

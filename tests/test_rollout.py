@@ -84,6 +84,18 @@ def test_stop_after_refusals_ends_a_stuck_episode_as_a_failure():
     # off (the default): the step limit ends it
     assert [t["num_steps"] for t in off.trajectories] == [10, 10]
     assert all(t["truncated"] and not t["stuck"] for t in off.trajectories)
+    # a refused action is a well-formed one: valid unless refused_is_invalid
+    assert rb.steps.action_valid.all()
+
+
+def test_refused_is_invalid_marks_refused_actions_for_the_invalid_penalty():
+    tasks = TOY.load_tasks(None, "train")[3:4]
+    script = [act("go east"), act("jump"), act("go east"), "no tags at all"]
+    with EnvPool("toy", None, 1) as pool:
+        rb = collect_rollouts(SequencePolicy(script), pool, TOY, tasks, group_size=1, max_steps=4,
+                              temperature=1.0, max_new_tokens=8, seed=0, refused_is_invalid=True)
+    # step 1 refused ("jump": Nothing happens), step 3 malformed (and refused: its fallback text)
+    assert rb.steps.action_valid.tolist() == [True, False, True, False]
 
 
 def test_same_seed_same_rollouts():

@@ -117,6 +117,7 @@ def training_rollouts(cfg, policy, pool, bench, train_tasks, iteration: int, on_
         max_new_tokens=cfg.train.max_response_tokens, seed=cfg.seed * 100003 + iteration,
         history_length=cfg.env.history_length, success_reward=cfg.algorithm.success_reward,
         prompt_style=cfg.env.prompt, on_step=on_step, stop_after_refusals=cfg.env.stop_after_refusals,
+        refused_is_invalid=cfg.env.refused_is_invalid,
     )
 
 
