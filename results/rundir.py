@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -43,7 +44,34 @@ __all__ = [
     "atomic_write_json",
     "append_jsonl",
     "read_jsonl",
+    "code_version",
 ]
+
+_REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def code_version(root: str | os.PathLike | None = None) -> dict[str, Any] | None:
+    """The git commit of the code that runs, for records that must say what produced them.
+
+    Args:
+        root: the checkout (default: the folder holding this package).
+
+    Returns:
+        ``{"commit": <40 hex>, "dirty": bool}`` (dirty: tracked files differ from the commit), or
+        None when ``root`` is not a git checkout or git is missing (an installed wheel).
+    """
+    root = Path(root) if root is not None else _REPO_ROOT
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                              check=True, timeout=10).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit, "dirty": dirty}
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

@@ -43,6 +43,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from results.rundir import code_version  # noqa: E402
 from results.stats import paired_improvement_ci  # noqa: E402
 
 TARGET_POINTS = 15.0
@@ -94,7 +95,7 @@ def summarize(out: Path) -> dict:
                      "per_task_type_before": b.get("per_task_type"), "per_task_type_final": f.get("per_task_type")})
         before.append([e[1] for e in b["episodes"]])
         after.append([e[1] for e in f["episodes"]])
-    res: dict = {"runs": rows, "uptime": _uptime()}
+    res: dict = {"runs": rows, "uptime": _uptime(), "code": code_version()}
     if rows:
         d, lo, hi = paired_improvement_ci(before, after, n_boot=10_000, seed=0)
         cold = next((r for r in rows if r["run"] == "seed0"), rows[0])
@@ -132,7 +133,10 @@ def render(res: dict) -> str:
                   f"{res['cold_wall_s'] or float('nan'):.0f} s wall (target <= {TARGET_WALL_S} s: "
                   f"{'PASS' if res['pass_wall'] else 'FAIL'}); phases: "
                   + ", ".join(f"{k} {v:.0f} s" for k, v in res["cold_phases_s"].items()) + "."]
-    lines += ["", f"Load when summarised: `{res['uptime']}`."]
+    code = res.get("code") or {}
+    lines += ["", f"Load when summarised: `{res['uptime']}`; code: "
+              + (f"commit `{code['commit'][:7]}`{' with uncommitted changes' if code['dirty'] else ''}."
+                 if code else "not a git checkout.")]
     return "\n".join(lines) + "\n"
 
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from results.rundir import RunDir, atomic_write_json, atomic_write_text, read_jsonl
+from results.rundir import RunDir, atomic_write_json, atomic_write_text, code_version, read_jsonl
 from sweeps.claims import claim_state, flocked, read_claim
 from sweeps.job import RunTask, SweepJob
 from sweeps.scheduler import HOST, JobState, job_states, process_start
@@ -269,6 +269,7 @@ def launch(spec: SweepSpec, cluster: str, *, where: list[str] | None = None, dry
         workdir = os.getcwd()
         pending_debug = []
         record = {"id": launch_id, "time": time.time(), "cluster": cluster, "host": HOST, "pid": os.getpid(),
+                  "code": code_version(),
                   "spec": str(spec.path), "where": list(where or []), "submitted": [],
                   "skipped": {d.run.run_id: d.reason for d in decisions if d.action == "skip"}}
         state.data.setdefault("launches", []).append(record)

@@ -1,0 +1,32 @@
+"""results.rundir.code_version: the git commit that records (sweep launches, benchmarks) name."""
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from results.rundir import code_version
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_a_checkout_gives_its_commit_and_dirty_flag(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    run = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True)  # noqa: E731
+    run("init", "-q")
+    (repo / "f.txt").write_text("one\n")
+    run("add", "f.txt")
+    run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert code_version(repo) == {"commit": head, "dirty": False}
+    assert re.fullmatch(r"[0-9a-f]{40}", head)
+    (repo / "f.txt").write_text("two\n")
+    assert code_version(repo) == {"commit": head, "dirty": True}
+    (repo / "untracked.txt").write_text("x")  # untracked files do not make it dirty
+    run("checkout", "-q", "f.txt")
+    assert code_version(repo)["dirty"] is False
+
+
+def test_a_folder_outside_git_gives_none(tmp_path):
+    assert code_version(tmp_path) is None
