@@ -80,8 +80,8 @@ class RolloutBatch:
             (:func:`benchmarks.policy.response_was_cut`); its action is usually invalid.
         trajectories: one dict per trajectory: ``traj_id, group_id, task_id, task_type,
             success, num_steps, score, invalid_steps, truncated`` (ran to the step limit
-            without success), ``stuck`` (ended by ``stop_after_refusals``), ``truncated_responses`` (steps whose response was cut at the
-            token limit), ``crashed``.
+            without success), ``stuck`` (ended by ``stop_after_refusals``),
+            ``truncated_responses`` (steps whose response was cut at the token limit), ``crashed``.
         sampler_logprobs: B entries, each the sampler's log-probs of the response tokens
             (``Generation.logprobs``) or None where the policy does not report them.
         actions: B action texts sent to the environment (the parser's choice; for an invalid
@@ -205,9 +205,10 @@ def collect_rollouts(
         for i, gen, p in zip(idx, gens, parsed):
             o = new_obs[i]
             done = o.done or t == max_steps - 1
+            refused = bool(o.info.get("refused", False))
             rows.append({
                 "env": i, "step": t, "state_text": obs[i].state_key,
-                "valid": p.valid and not (refused_is_invalid and o.info.get("refused", False)),
+                "valid": p.valid and not (refused_is_invalid and refused),
                 "reward": success_reward if o.won else 0.0,
                 "prompt_ids": gen.prompt_ids, "response_ids": gen.response_ids, "response": gen.text,
                 "logprobs": gen.logprobs,
@@ -219,7 +220,7 @@ def collect_rollouts(
             invalid[i] += int(not p.valid)
             cut_responses[i] += int(rows[-1]["response_truncated"])
             history[i].append((obs[i].text, p.action))
-            refusals[i] = refusals[i] + 1 if o.info.get("refused") else 0
+            refusals[i] = refusals[i] + 1 if refused else 0
             if stop_after_refusals and refusals[i] >= stop_after_refusals and not o.done:
                 stuck[i] = done = True
             obs[i] = o

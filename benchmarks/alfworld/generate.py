@@ -776,10 +776,10 @@ def ensure_generated(cfg: Any, *, workers: int = 0, progress: bool = True) -> Pa
     """
     root = Path(cfg.generated_dir)
     settings = generated_settings(cfg)
-    if _complete(root, _read_manifest(root), settings):
+    manifest = _read_manifest(root)
+    if _complete(root, manifest, settings):
         return root
-    other = _read_manifest(root)
-    if other and _complete(root, other, other.get("settings")):
+    if manifest and _complete(root, manifest, manifest.get("settings")):
         key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
         root = root.with_name(f"{root.name}-{key}")  # never replace games a run may be playing
         if _complete(root, _read_manifest(root), settings):
