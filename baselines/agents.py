@@ -41,7 +41,7 @@ from baselines.prompts import (
     render_react_prompt,
     render_reflection_prompt,
 )
-from benchmarks.base import Observation, Task
+from benchmarks.base import Observation, RefusalStop, Task
 from benchmarks.parsing import ParsedAction, parse_response
 from benchmarks.policy import Policy
 from benchmarks.rollout import success_by_task_type
@@ -132,6 +132,7 @@ class Episode:
     score: float = 0.0
     invalid: int = 0
     crashed: bool = False
+    stuck: bool = False  # ended by env.stop_after_refusals
     done: bool = False
 
     def record(self, max_steps: int) -> dict[str, Any]:
@@ -142,7 +143,7 @@ class Episode:
             "task_type": self.task.task_type, "trial": self.trial, "success": self.success,
             "num_steps": len(self.steps), "score": self.score, "invalid_steps": self.invalid,
             "truncated": (not self.success) and len(self.steps) >= max_steps, "crashed": self.crashed,
-            "steps": [{"response": r, "thought": s.thought, "action": s.action, "valid": s.valid,
+            "stuck": self.stuck, "steps": [{"response": r, "thought": s.thought, "action": s.action, "valid": s.valid,
                        "observation": s.observation} for r, s in zip(self.responses, self.steps)],
         }
 
@@ -166,10 +167,13 @@ def run_react_episodes(
     memory: dict[int, list[str]] | None = None,
     prompt_options: dict[str, Any] | None = None,
     on_step: Callable[[int, int], None] | None = None,
+    stop_after_refusals: int = 0,
 ) -> list[Episode]:
     """Play one ReAct episode per (slot, task) in lock-step; slots index ``pool`` and ``memory``.
 
     Args:
+        stop_after_refusals: an episode ends (a failure, ``stuck``) after this many refused actions
+            in a row, as in RL rollouts (:class:`benchmarks.base.RefusalStop`); 0 = never.
         examples: few-shot transcripts per task type (same type as the task; none if missing).
         memory: slot -> reflections shown in the prompt (Reflexion), newest last.
         prompt_options: extra keyword arguments of :func:`render_react_prompt`; with
@@ -180,6 +184,7 @@ def run_react_episodes(
     opts = dict(prompt_options or {})
     prefix = COMPLETION_PREFIX if opts.get("style") == "completion" else ""
     eps = {slot: Episode(slot, task, trial) for slot, task in items}
+    refusal_stop = RefusalStop(stop_after_refusals)
     obs: dict[int, Observation] = pool.reset([(slot, task) for slot, task in items])
     for slot, ep in eps.items():
         o = obs[slot]
@@ -216,7 +221,9 @@ def run_react_episodes(
             if o.done:
                 ep.success = bool(o.won)
                 ep.score = float(o.info.get("score", 100.0 * o.reward))
-            if o.done or t == max_steps - 1:
+            if refusal_stop.stuck(s, o):
+                ep.stuck = True
+            if o.done or ep.stuck or t == max_steps - 1:
                 ep.done = True
     return [eps[s] for s, _ in items]
 
@@ -247,14 +254,16 @@ def run_react(policy: Policy, pool: EnvPool, env_name: str, panel: Sequence[Task
               top_p: float = 1.0, examples: dict[str, list[Transcript]] | None = None,
               prompt_options: dict[str, Any] | None = None, batch_tasks: int = 64,
               on_episode: Callable[[dict[str, Any]], None] | None = None,
-              on_step: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """ReAct on the panel; returns the EVAL record (``on_episode`` gets each trajectory dict)."""
+              on_step: Callable[[int, int], None] | None = None, stop_after_refusals: int = 0) -> dict[str, Any]:
+    """ReAct on the panel; returns the EVAL record (``on_episode`` gets each trajectory dict).
+    ``stop_after_refusals``: as in :func:`run_react_episodes`."""
     items = _slots(panel, episodes_per_task)
     records = []
     for start in range(0, len(items), batch_tasks):
         eps = run_react_episodes(policy, pool, env_name, items[start:start + batch_tasks], max_steps=max_steps,
                                  temperature=temperature, max_new_tokens=max_new_tokens, seed=seed + start,
-                                 top_p=top_p, examples=examples, prompt_options=prompt_options, on_step=on_step)
+                                 top_p=top_p, examples=examples, prompt_options=prompt_options, on_step=on_step,
+                                 stop_after_refusals=stop_after_refusals)
         for ep in eps:
             rec = ep.record(max_steps)
             records.append(rec)
@@ -268,6 +277,8 @@ def _outcome(env_name: str, ep: Episode, max_steps: int) -> str:
         return "the environment crashed."
     if env_name == "webshop" and ep.steps and ep.steps[-1].action == "click[buy now]":
         return f"you bought a product that did not match the instruction (score {ep.score:.0f}/100)."
+    if ep.stuck:
+        return "the episode was stopped because your last actions did nothing (\"Nothing happens.\")."
     if len(ep.steps) >= max_steps:
         return f"the task was not completed within the limit of {max_steps} steps."
     return "the task was not completed."
@@ -280,9 +291,11 @@ def run_reflexion(policy: Policy, pool: EnvPool, env_name: str, panel: Sequence[
                   prompt_options: dict[str, Any] | None = None,
                   on_episode: Callable[[dict[str, Any]], None] | None = None,
                   on_reflection: Callable[[dict[str, Any]], None] | None = None,
-                  on_step: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+                  on_step: Callable[[int, int], None] | None = None,
+                  stop_after_refusals: int = 0) -> dict[str, Any]:
     """Reflexion on the panel (module docstring); returns the EVAL record plus
-    ``success_by_trial`` (cumulative fractions) and ``trials`` (mean trials used per task)."""
+    ``success_by_trial`` (cumulative fractions) and ``trials`` (mean trials used per task).
+    ``stop_after_refusals``: as in :func:`run_react_episodes`."""
     items = _slots(panel, episodes_per_task)
     memory: dict[int, list[str]] = {slot: [] for slot, _ in items}
     final: dict[int, dict[str, Any]] = {}
@@ -297,7 +310,8 @@ def run_reflexion(policy: Policy, pool: EnvPool, env_name: str, panel: Sequence[
         eps = run_react_episodes(policy, pool, env_name, remaining, max_steps=max_steps, temperature=temperature,
                                  max_new_tokens=max_new_tokens, seed=seed, trial=trial, top_p=top_p,
                                  examples=examples, memory={s: memory[s][-max_reflections:] for s, _ in remaining},
-                                 prompt_options=prompt_options, on_step=on_step)
+                                 prompt_options=prompt_options, on_step=on_step,
+                                 stop_after_refusals=stop_after_refusals)
         failed = []
         for ep in eps:
             rec = ep.record(max_steps)
@@ -337,10 +351,11 @@ def run_reflexion(policy: Policy, pool: EnvPool, env_name: str, panel: Sequence[
 
 def run_direct(policy: Policy, pool: EnvPool, benchmark: ModuleType, panel: Sequence[Task], *, max_steps: int,
                temperature: float, max_new_tokens: int, seed: int, episodes_per_task: int = 1,
-               history_length: int = 2) -> dict[str, Any]:
-    """Direct prompting: :func:`benchmarks.evaluation.evaluate` with the RL step prompt."""
+               history_length: int = 2, stop_after_refusals: int = 0) -> dict[str, Any]:
+    """Direct prompting: :func:`benchmarks.evaluation.evaluate` with the RL step prompt (the
+    reference template) and the RL episode end (``stop_after_refusals``)."""
     from benchmarks.evaluation import evaluate
 
     return evaluate(policy, pool, benchmark, panel, iteration=0, max_steps=max_steps, temperature=temperature,
                     max_new_tokens=max_new_tokens, seed=seed, episodes_per_task=episodes_per_task,
-                    history_length=history_length)
+                    history_length=history_length, stop_after_refusals=stop_after_refusals)

@@ -133,7 +133,8 @@ def run_baseline(cfg: RunConfig, b: BaselineConfig, *, console=None, policy: Pol
         seed = cfg.seed + 7919  # the evaluation seed of g2po eval / the trainer
         common: dict[str, Any] = dict(max_steps=cfg.env.max_steps, temperature=cfg.eval.temperature,
                                       max_new_tokens=max_new, seed=seed,
-                                      episodes_per_task=cfg.eval.episodes_per_task)
+                                      episodes_per_task=cfg.eval.episodes_per_task,
+                                      stop_after_refusals=cfg.env.stop_after_refusals)
         prompt_options = {"history_steps": b.history_steps, "style": b.prompt_style,
                           "max_chars": b.max_prompt_chars or int(2.5 * cfg.train.max_prompt_tokens)}
 

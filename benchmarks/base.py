@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Task", "Observation", "Environment", "state_key_rule"]
+__all__ = ["Task", "Observation", "Environment", "Mistake", "RefusalStop", "state_key_rule"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,48 @@ class Observation:
     done: bool = False
     won: bool = False
     info: dict[str, Any] = field(default_factory=dict)
+
+
+class Mistake(str):
+    """An expert-plan action that is a deliberate mistake: played, never imitated.
+
+    A plan for the warm start's demonstrations (:func:`benchmarks.demos.collect_demonstrations`)
+    may contain such actions (e.g. ALFWorld's :func:`benchmarks.alfworld.expert_mistake`): the
+    environment executes them and they appear in the history of the following prompts, but no
+    demonstration step is recorded for them, so a policy trained on the demonstrations learns the
+    recovery from the mistake, not the mistake.
+    """
+
+    __slots__ = ()
+
+
+class RefusalStop:
+    """Ends an episode that is stuck: ``limit`` refused actions in a row (``env.stop_after_refusals``).
+
+    One rule for every episode loop (RL rollouts and evaluation in :mod:`benchmarks.rollout`, the
+    prompting baselines in :mod:`baselines.agents`), so that their episodes end alike. An action is
+    refused when its observation has ``info["refused"]`` true (ALFWorld's "Nothing happens.");
+    any other observation resets the count.
+
+    Args:
+        limit: consecutive refusals that end an episode (as a failure); 0 = never.
+
+    Raises:
+        ValueError: ``limit`` < 0.
+    """
+
+    def __init__(self, limit: int = 0) -> None:
+        if int(limit) < 0:
+            raise ValueError(f"stop_after_refusals must be >= 0, got {limit}")
+        self.limit = int(limit)
+        self._in_a_row: dict[Any, int] = {}
+
+    def stuck(self, episode: Any, obs: Observation) -> bool:
+        """Count ``obs`` (the observation after an action of ``episode``, any hashable key);
+        True when the episode must end now as stuck (the limit is reached and it is not over)."""
+        n = self._in_a_row.get(episode, 0) + 1 if obs.info.get("refused", False) else 0
+        self._in_a_row[episode] = n
+        return bool(self.limit) and n >= self.limit and not obs.done
 
 
 class Environment(ABC):

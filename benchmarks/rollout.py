@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from algorithms.batch import StepBatch, hash_state_keys
-from benchmarks.base import Observation, Task
+from benchmarks.base import Observation, RefusalStop, Task
 from benchmarks.parsing import parse_response
 from benchmarks.policy import Policy, response_was_cut
 from benchmarks.workers import EnvPool
@@ -183,7 +183,7 @@ def collect_rollouts(
     n_steps = [0] * n_env
     invalid = [0] * n_env
     cut_responses = [0] * n_env
-    refusals = [0] * n_env  # consecutive refused actions
+    refusal_stop = RefusalStop(stop_after_refusals)
     stuck = [False] * n_env
     rows: list[dict[str, Any]] = []
     # a benchmark's own extraction (AppWorld's <code> cells), else the reference projection
@@ -220,8 +220,7 @@ def collect_rollouts(
             invalid[i] += int(not p.valid)
             cut_responses[i] += int(rows[-1]["response_truncated"])
             history[i].append((obs[i].text, p.action))
-            refusals[i] = refusals[i] + 1 if refused else 0
-            if stop_after_refusals and refusals[i] >= stop_after_refusals and not o.done:
+            if refusal_stop.stuck(i, o):
                 stuck[i] = done = True
             obs[i] = o
             if o.info.get("crashed"):

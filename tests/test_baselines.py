@@ -329,3 +329,34 @@ def test_bench_summarizes_baseline_runs(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "toy       reflexion" in out and "0.400 (2/5)" in out and "by trial 0.400/0.400" in out
     assert bench.main(["--summarize", str(tmp_path / "nothing-here")]) == 1
+
+
+def test_baseline_episodes_end_after_refusals_like_rl_episodes(tmp_path):
+    """ReAct/Reflexion share the RL episode end (env.stop_after_refusals, benchmarks.base.RefusalStop)."""
+    cfg, b = toy_config(tmp_path / "on", "baseline=reflexion", "baseline.max_trials=2", "env.stop_after_refusals=2")
+    out = run_baseline(cfg, b, policy=ScriptedPolicy(lambda p: "<think>x</think><action>jump</action>"))
+    trajs = [json.loads(x) for x in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert len(trajs) == 10  # 5 tasks x 2 trials, every one stuck after its second refused action
+    assert all(t["stuck"] and t["num_steps"] == 2 and not t["success"] and not t["truncated"] for t in trajs)
+    refl = [json.loads(x) for x in (out / "reflections.jsonl").read_text().splitlines()]
+    assert len(refl) == 5
+    cfg, b = toy_config(tmp_path / "off", "baseline=react", "env.stop_after_refusals=0")  # the step limit ends them
+    out = run_baseline(cfg, b, policy=ScriptedPolicy(lambda p: "<think>x</think><action>jump</action>"))
+    trajs = [json.loads(x) for x in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert trajs and all(t["num_steps"] == 8 and t["truncated"] and not t["stuck"] for t in trajs), trajs[0]
+
+
+def test_refusal_stop_counts_refusals_in_a_row_per_episode():
+    from benchmarks.base import Observation, RefusalStop
+
+    def obs(refused, done=False):
+        return Observation(text="", instruction="", admissible_actions=[], state_key="s", info={"refused": refused},
+                           done=done)
+
+    stop = RefusalStop(2)
+    assert [stop.stuck("a", obs(True)), stop.stuck("b", obs(True)), stop.stuck("a", obs(False)),
+            stop.stuck("a", obs(True)), stop.stuck("b", obs(True))] == [False, False, False, False, True]
+    assert not stop.stuck("a", obs(True, done=True))  # an episode that is over is not stuck
+    assert not any(RefusalStop(0).stuck("a", obs(True)) for _ in range(5))
+    with pytest.raises(ValueError, match="stop_after_refusals"):
+        RefusalStop(-1)
