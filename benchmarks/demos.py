@@ -13,7 +13,7 @@ from types import ModuleType
 
 import numpy as np
 
-from benchmarks.base import Task
+from benchmarks.base import Mistake, Task
 from benchmarks.workers import EnvPool
 
 __all__ = ["Demonstration", "collect_demonstrations"]
@@ -40,6 +40,8 @@ def collect_demonstrations(
     on_progress=None,
     slots: int = 64,
     detour_prob: float = 0.0,
+    stall_prob: float = 0.0,
+    recovery_prob: float = 0.0,
     seed: int = 0,
 ) -> tuple[list[Demonstration], float]:
     """Play each task's ``expert_actions`` through the environments.
@@ -52,6 +54,12 @@ def collect_demonstrations(
     is called after every lock-step step. With ``detour_prob`` > 0 and a benchmark that offers
     ``expert_detour(plan, first_obs, rng)`` (ALFWorld), that fraction of the demonstrations
     first visit another receptacle (a searching expert; drawn with ``numpy.random.default_rng(seed)``).
+    With ``stall_prob`` > 0 and a benchmark that offers ``expert_stall(plan, rng, prob, max_len)``
+    (ALFWorld), the expert wastes steps now and then (a dawdling expert whose demonstrations still
+    win within ``max_steps``). With ``recovery_prob`` > 0 and a benchmark that offers
+    ``expert_mistake(plan)`` (ALFWorld), that fraction of the detour demonstrations make a mistake
+    at the wrong receptacle and recover from it (the mistake is played, never recorded:
+    :class:`benchmarks.base.Mistake`).
 
     Returns:
         (demonstrations in task order, win rate of the replays in [0, 1]). Steps beyond
@@ -62,24 +70,32 @@ def collect_demonstrations(
     won = 0
     rng = np.random.default_rng(seed)
     detour = getattr(benchmark, "expert_detour", None) if detour_prob > 0 else None
+    stall = getattr(benchmark, "expert_stall", None) if stall_prob > 0 else None
     for start in range(0, len(tasks), max(1, slots)):
         chunk = list(tasks[start:start + max(1, slots)])
         take = [bool(detour) and rng.random() < detour_prob for _ in chunk]
+        slip = [t and recovery_prob > 0 and rng.random() < recovery_prob for t in take]
         d, w = _replay(pool, benchmark, chunk, max_steps, history_length, prompt_style,
                        lambda done, _n, s=start: on_progress and on_progress(s + done, len(tasks)),
-                       (lambda plan, obs: detour(plan, obs, rng)) if detour else None, take)
+                       (lambda plan, obs: detour(plan, obs, rng)) if detour else None, take,
+                       (lambda plan: stall(plan, rng, stall_prob, max_steps)) if stall else None,
+                       getattr(benchmark, "expert_mistake", None) if recovery_prob > 0 else None, slip)
         demos.extend(d)
         won += w
     return demos, (won / len(tasks) if tasks else 0.0)
 
 
 def _replay(pool, benchmark, tasks, max_steps, history_length, prompt_style, on_progress, detour=None,
-            take=()):
+            take=(), stall=None, mistake=None, slip=()):
     """Lock-step replay of ``tasks`` on slots 0..len-1; returns (demonstrations, wins)."""
     obs = pool.reset(list(enumerate(tasks)))
     plans = [list(benchmark.expert_actions(t)) for t in tasks]
     if detour is not None:
         plans = [detour(p, obs[i]) if take[i] else p for i, p in enumerate(plans)]
+    if mistake is not None:
+        plans = [mistake(p) if slip[i] else p for i, p in enumerate(plans)]
+    if stall is not None:
+        plans = [stall(p) for p in plans]
     plans = [p[:max_steps] for p in plans]
     history: list[list[tuple[str, str]]] = [[] for _ in tasks]
     steps: list[list[Demonstration]] = [[] for _ in tasks]
@@ -92,7 +108,8 @@ def _replay(pool, benchmark, tasks, max_steps, history_length, prompt_style, on_
             action = plans[i][t]
             prompt = benchmark.build_prompt(obs[i], history[i], t, history_length, style=prompt_style)
             response = benchmark.expert_response(action, obs[i], style=prompt_style)
-            steps[i].append(Demonstration(tasks[i].task_id, t, prompt, response))
+            if not isinstance(action, Mistake):  # a deliberate mistake is played, never imitated
+                steps[i].append(Demonstration(tasks[i].task_id, t, prompt, response))
             history[i].append((obs[i].text, action))
             step_items.append((i, action))
         new = pool.step(step_items)

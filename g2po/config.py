@@ -179,6 +179,14 @@ class TrainConfig:
     # fraction of ALFWorld demonstrations that first visit another receptacle (a searching expert,
     # benchmarks/alfworld expert_detour); 0 = the planner's walkthroughs only
     sft_detour_prob: float = 0.5
+    # ALFWorld demonstrations from a dawdling expert: before each action at a receptacle it first
+    # examines the receptacle with this probability, repeatedly (benchmarks/alfworld expert_stall;
+    # the demonstrations still win within env.max_steps); 0 = no wasted steps
+    sft_stall_prob: float = 0.0
+    # fraction of the ALFWorld detour demonstrations in which the expert first tries to take the
+    # object at the wrong receptacle (refused), then goes on: the warm start sees a recovery from a
+    # refused action (benchmarks/alfworld expert_mistake; the mistake itself is never imitated)
+    sft_recovery_prob: float = 0.0
     checkpoint_every: int = 1
     # an iteration where most episodes crashed is rolled out again after restarting the
     # environment workers, at most this many times; then the run fails with the reason
@@ -430,6 +438,8 @@ def validate_config(cfg: RunConfig) -> None:
     need(t.sft_epochs >= 0, "train.sft_epochs", "must be >= 0")
     need(t.sft_max_tasks >= 1, "train.sft_max_tasks", "must be >= 1")
     need(0.0 <= t.sft_detour_prob <= 1.0, "train.sft_detour_prob", "must be in [0, 1]")
+    need(0.0 <= t.sft_stall_prob < 1.0, "train.sft_stall_prob", "must be in [0, 1)")
+    need(0.0 <= t.sft_recovery_prob <= 1.0, "train.sft_recovery_prob", "must be in [0, 1]")
     need(t.checkpoint_every >= 1, "train.checkpoint_every", "must be >= 1")
     need(t.top_p == 1.0, "train.top_p",
          "must be 1 for training: the trainer rescores the full distribution; with top_p < 1 a token "

@@ -29,10 +29,13 @@ def test_key_ignores_seed_estimator_and_rl_settings_but_not_the_warm_start_setti
         assert warm_start_key(cfg) == warm_start_key(base)
     other = [_cfg(tmp_path, "train.sft_epochs=3"), _cfg(tmp_path, "train.sft_lr=1e-3"),
              _cfg(tmp_path, "model.hidden_size=64"), _cfg(tmp_path, "env.max_steps=5"),
-             _cfg(tmp_path, "train.warm_start_seed=1"), _cfg(tmp_path, "env.history_length=1")]
+             _cfg(tmp_path, "train.warm_start_seed=1"), _cfg(tmp_path, "env.history_length=1"),
+             _cfg(tmp_path, "train.sft_stall_prob=0.2"), _cfg(tmp_path, "train.sft_recovery_prob=0.5")]
     keys = {warm_start_key(c) for c in other}
     assert warm_start_key(base) not in keys and len(keys) == len(other)
     assert warm_start_settings(base)["train"]["sft_epochs"] == 2
+    # options added later stay out of the key at their neutral value (older caches stay valid)
+    assert "sft_stall_prob" not in warm_start_settings(base)["train"]
 
 
 def _weights(path):
@@ -99,3 +102,80 @@ def test_detour_demonstrations_visit_another_receptacle_first_and_still_win(tmp_
         every, win1 = collect_demonstrations(pool, alfworld, tasks, max_steps=50, detour_prob=1.0)
     assert win0 == win1 == 1.0
     assert len(every) == len(plain) + len(tasks)  # one extra step per demonstration
+
+
+def test_stall_inserts_examines_of_the_current_receptacle_within_the_step_limit():
+    """The dawdling expert (train.sft_stall_prob) on a hand-written plan: where, how many, the cap."""
+    import numpy as np
+
+    from benchmarks.alfworld import expert_stall
+
+    plan = ["go to shelf 1", "take book 1 from shelf 1", "go to desk 1", "use desklamp 1"]
+    assert expert_stall(plan, np.random.default_rng(0), 0.0, 15) == plan
+    for seed in range(20):
+        out = expert_stall(plan, np.random.default_rng(seed), 0.7, 9)
+        assert [a for a in out if not a.startswith("examine ")] == plan
+        assert len(out) <= 9
+        assert out[0] == "go to shelf 1"  # nothing to examine before the first move
+        where = None
+        for a in out:  # every stall examines the receptacle the expert stands at
+            if a.startswith("examine "):
+                assert a == f"examine {where}"
+            elif a.startswith("go to "):
+                where = a[len("go to "):]
+    lens = [len(expert_stall(plan, np.random.default_rng(s), 0.5, 100)) - len(plan) for s in range(2000)]
+    assert abs(np.mean(lens) - 3 * 0.5 / 0.5) < 0.15  # 3 opportunities x mean prob/(1-prob) = 3
+    assert expert_stall(plan, np.random.default_rng(0), 0.9, len(plan)) == plan  # no room: unchanged
+
+
+def test_stall_demonstrations_still_win_on_real_games():
+    from conftest import require_shared
+
+    from benchmarks import alfworld
+    from benchmarks.demos import collect_demonstrations
+    from benchmarks.workers import EnvPool
+
+    root = require_shared("alfworld")
+    tasks = alfworld.find_games(root, "valid_seen", ["pick_and_place_simple"])[:4]
+    cfg = load_config(None, ["env.data_dir=" + str(root), "env.num_workers=1"])
+    with EnvPool("alfworld", cfg.env, 1) as pool:
+        plain, win0 = collect_demonstrations(pool, alfworld, tasks, max_steps=30)
+        stalled, win1 = collect_demonstrations(pool, alfworld, tasks, max_steps=30, stall_prob=0.6, seed=1)
+    assert win0 == win1 == 1.0
+    extra = [d for d in stalled if "examine " in d.response]
+    assert len(stalled) == len(plain) + len(extra) and extra
+    assert max(d.step for d in stalled) < 30
+
+
+def test_mistake_is_inserted_after_the_detour_and_never_imitated():
+    """The recovery demonstrations (train.sft_recovery_prob): the plan, then the replay on real games."""
+    from conftest import require_shared
+
+    from benchmarks import alfworld
+    from benchmarks.base import Mistake
+    from benchmarks.demos import collect_demonstrations
+    from benchmarks.workers import EnvPool
+
+    detour = ["go to drawer 1", "go to dresser 1", "take alarmclock 1 from dresser 1", "use desklamp 1"]
+    out = alfworld.expert_mistake(detour)
+    assert out == ["go to drawer 1", "take alarmclock 1 from drawer 1", *detour[1:]]
+    assert isinstance(out[1], Mistake) and not any(isinstance(a, Mistake) for a in out[:1] + out[2:])
+    assert alfworld.expert_mistake(detour[1:]) == detour[1:]  # no detour: unchanged
+    assert alfworld.expert_mistake(["go to a 1", "go to b 1", "use desklamp 1"]) == ["go to a 1", "go to b 1",
+                                                                                   "use desklamp 1"]
+
+    root = require_shared("alfworld")
+    tasks = alfworld.find_games(root, "valid_seen", ["pick_and_place_simple"])[:4]
+    cfg = load_config(None, ["env.data_dir=" + str(root), "env.num_workers=1"])
+    with EnvPool("alfworld", cfg.env, 1) as pool:
+        plain, _ = collect_demonstrations(pool, alfworld, tasks, max_steps=50, detour_prob=1.0)
+        slips, win = collect_demonstrations(pool, alfworld, tasks, max_steps=50, detour_prob=1.0,
+                                            recovery_prob=1.0)
+    assert win == 1.0
+    assert len(slips) == len(plain)  # the mistake step is played but not recorded
+    after = [d for d in slips if d.step == 2]  # the step after the refused attempt
+    assert len(after) == len(tasks)
+    for d in after:
+        assert "Nothing happens." in d.prompt and "go to " in d.response
+    assert not any("Nothing happens." in d.prompt for d in plain)
+    assert [d.step for d in slips if d.task_id == tasks[0].task_id][:3] == [0, 2, 3]

@@ -28,7 +28,7 @@ from benchmarks.alfworld.games import (
     load_walkthrough,
 )
 from benchmarks.alfworld.prompt import build_prompt, expert_response
-from benchmarks.base import Task, state_key_rule
+from benchmarks.base import Mistake, Task, state_key_rule
 
 if TYPE_CHECKING:  # pragma: no cover
     from g2po.config import EnvConfig
@@ -48,6 +48,8 @@ __all__ = [
     "build_prompt",
     "expert_actions",
     "expert_detour",
+    "expert_stall",
+    "expert_mistake",
     "expert_response",
     "data_root",
 ]
@@ -152,6 +154,65 @@ def expert_detour(plan: list[str], first_obs, rng) -> list[str]:
     if not others:
         return list(plan)
     return [others[int(rng.integers(len(others)))], *plan]
+
+
+def expert_mistake(plan: list[str]) -> list[str]:
+    """A detour plan (:func:`expert_detour`) with a mistake and its recovery at the wrong receptacle.
+
+    At the receptacle the detour visits, the expert first tries to take the task's object there
+    ("take <object> from <receptacle>": refused with "Nothing happens.", the object is elsewhere),
+    then goes on with the walkthrough. The attempt is a :class:`~benchmarks.base.Mistake`: played
+    and shown in the history, never imitated, so the warm start sees what to do after a refused
+    action (the state a policy gets stuck in), which the planner's walkthroughs never show
+    (the CPU proxy's ``train.sft_recovery_prob``).
+
+    Args:
+        plan: a detour plan: two ``go to`` actions first, then the walkthrough, which takes an
+            object ("take <object> from <receptacle>").
+
+    Returns:
+        The plan with the mistake after the detour's ``go to``; ``plan`` unchanged when it has no
+        detour or takes nothing.
+    """
+    take = next((a for a in plan if a.startswith("take ") and " from " in a), None)
+    if len(plan) < 2 or not (plan[0].startswith("go to ") and plan[1].startswith("go to ")) or take is None:
+        return list(plan)
+    obj = take[len("take "):].split(" from ")[0]
+    return [plan[0], Mistake(f"take {obj} from {plan[0][len('go to '):]}"), *plan[1:]]
+
+
+def expert_stall(plan: list[str], rng, prob: float, max_len: int) -> list[str]:
+    """The plan of a dawdling expert: it re-examines the receptacle it stands at, now and then.
+
+    Before each action after the first ``go to``, the expert first examines its current
+    location ("examine <receptacle>": valid, never refused, changes nothing) with probability
+    ``prob``, again and again (a geometric number of times, mean ``prob / (1 - prob)``), while
+    the plan stays within ``max_len`` actions, so every demonstration still wins. A warm start
+    trained on such demonstrations wastes steps the same way on any game, which the step limit
+    turns into failures: the CPU proxy's ``train.sft_stall_prob``, what RL has to learn there
+    is which steps waste the budget (step-level credit over a long episode; repeated examines
+    are self-loops of the state graph). The CPU-proxy design is measured in results/proxy/README.md.
+
+    Args:
+        plan: the walkthrough (:func:`expert_actions`, possibly with :func:`expert_detour`).
+        rng: a ``numpy.random.Generator``.
+        prob: stall probability per opportunity in [0, 1).
+        max_len: the step limit; stalls are only inserted while the plan fits in it.
+
+    Returns:
+        The new plan (``plan`` itself when ``prob`` is 0 or nothing fits).
+    """
+    out: list[str] = []
+    where = None
+    budget = max_len - len(plan)
+    for action in plan:
+        while where is not None and budget > 0 and rng.random() < prob:
+            out.append(f"examine {where}")
+            budget -= 1
+        out.append(action)
+        if action.startswith("go to "):
+            where = action[len("go to "):]
+    return out
 
 
 def __getattr__(name: str) -> Any:  # lazy access to heavier helpers

@@ -64,6 +64,9 @@ class WarmStart:
 #: state key (the estimator's, resolved per run), the refusal stop (the expert is never refused)
 _NOT_WARM_START_ENV = ("eval_split", "num_workers", "worker_max_episodes", "generated_dir",
                        "generated_eval_games", "generated_eval_scenes", "state_key", "stop_after_refusals")
+#: SFT options added after warm starts were cached: at these (neutral) values they change nothing,
+#: so they stay out of the key and the caches built before them remain valid
+_NEUTRAL_SFT = {"sft_stall_prob": 0.0, "sft_recovery_prob": 0.0}
 #: settings of one benchmark (``<name>_...``) do not change another benchmark's warm start
 _BENCHMARK_PREFIXES = ("webshop", "appworld", "alfworld")
 
@@ -85,7 +88,8 @@ def warm_start_settings(cfg) -> dict[str, Any]:
            and not any(k.startswith(f"{other}_") for other in _BENCHMARK_PREFIXES if other != name)}
     model = {k: v for k, v in d["model"].items() if k not in ("device", "num_threads")}
     train = {k: v for k, v in d["train"].items()
-             if k.startswith("sft_") or k in ("max_prompt_tokens", "warm_start_seed")}
+             if (k.startswith("sft_") or k in ("max_prompt_tokens", "warm_start_seed"))
+             and not (k in _NEUTRAL_SFT and v == _NEUTRAL_SFT[k])}
     return {"version": WARM_START_VERSION, "env": env, "model": model, "train": train}
 
 
@@ -179,7 +183,8 @@ def _build(cfg, pool, bench, train_tasks, out: Path, progress) -> dict[str, Any]
         demos, replay_win = collect_demonstrations(
             pool, bench, demo_tasks, max_steps=cfg.env.max_steps, history_length=cfg.env.history_length,
             prompt_style=cfg.env.prompt, on_progress=lambda done, total: h.update(done, "tasks done"),
-            detour_prob=cfg.train.sft_detour_prob, seed=cfg.train.warm_start_seed,
+            detour_prob=cfg.train.sft_detour_prob, stall_prob=cfg.train.sft_stall_prob,
+            recovery_prob=cfg.train.sft_recovery_prob, seed=cfg.train.warm_start_seed,
         )
     if not demos:
         raise ValueError(f"no expert demonstrations from {len(demo_tasks)} training tasks: the warm start "
