@@ -14,7 +14,8 @@ Layout of ``results/runs/<run_id>/`` (DESIGN.md "results/"):
   whose response was cut at ``train.max_response_tokens``)}``. ``before`` is the evaluation at
   iteration 0 (after any warm start, before RL).
 - ``status.json``: ``{"state": "running"|"done"|"failed"|"interrupted", "iteration",
-  "total_iterations", "error", "updated"}``; ``interrupted``: stopped by a signal
+  "total_iterations", "error", "updated", "code"}`` (``code``: :func:`code_version` of the
+  process that wrote it, ``{"commit", "dirty"}`` or null outside a git checkout); ``interrupted``: stopped by a signal
   (:mod:`benchmarks.shutdown`), ``iteration`` is that of the checkpoint a resume continues from
   and ``error`` says which signal.
 - ``checkpoints/``: ``latest/`` (model, optimizer, trainer state), replaced atomically.
@@ -144,6 +145,7 @@ class RunDir:
 
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
+        self._code: dict[str, Any] | None | bool = False  # False: not looked up yet
 
     @property
     def run_id(self) -> str:
@@ -182,8 +184,16 @@ class RunDir:
                 "total_iterations": total_iterations,
                 "error": error,
                 "updated": time.time(),
+                "code": self.code,
             },
         )
+
+    @property
+    def code(self) -> dict[str, Any] | None:
+        """:func:`code_version` of this process's code (looked up once per RunDir)."""
+        if self._code is False:
+            self._code = code_version()
+        return self._code
 
     def read_status(self) -> dict[str, Any] | None:
         if not self.status_path.exists():

@@ -30,3 +30,14 @@ def test_a_checkout_gives_its_commit_and_dirty_flag(tmp_path):
 
 def test_a_folder_outside_git_gives_none(tmp_path):
     assert code_version(tmp_path) is None
+
+
+def test_a_run_folder_status_names_the_code_that_wrote_it(tmp_path):
+    from results.rundir import RunDir
+
+    run = RunDir(tmp_path / "run").create()
+    run.write_status("running", 1, 2)
+    status = run.read_status()
+    assert status["code"] == code_version()  # this checkout's commit (None outside git)
+    if status["code"] is not None:
+        assert re.fullmatch(r"[0-9a-f]{40}", status["code"]["commit"])
