@@ -313,11 +313,13 @@ def load_config(
 def resolve_auto(cfg: RunConfig) -> None:
     """Replace ``"auto"`` settings by what they mean for this run (in place).
 
-    ``env.prompt``: ``"compact"`` for ALFWorld with the tiny CPU model (``model.path`` unset),
-    ``"reference"`` otherwise (real models get the reference prompt of verl-agent/G2PO).
+    ``env.prompt``: ``"compact"`` for ALFWorld with the tiny CPU model (``model.path`` unset, or a
+    folder of it: a warm start or checkpoint policy, marked by ``g2po_tiny.json``), ``"reference"``
+    otherwise (real models get the reference prompt of verl-agent/G2PO).
     """
     if cfg.env.prompt == "auto":
-        cfg.env.prompt = "compact" if cfg.env.name == "alfworld" and cfg.model.path is None else "reference"
+        tiny = cfg.model.path is None or (Path(cfg.model.path) / "g2po_tiny.json").is_file()
+        cfg.env.prompt = "compact" if cfg.env.name == "alfworld" and tiny else "reference"
 
 
 def resolve_state_key(cfg: RunConfig) -> str:

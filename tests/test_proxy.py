@@ -15,6 +15,16 @@ def test_default_panel_has_at_least_100_episodes_and_real_models_get_the_referen
     assert load_config(None, ["env.name=webshop"]).env.prompt == "reference"
 
 
+def test_a_folder_of_the_tiny_model_gets_the_compact_prompt_and_a_real_model_the_reference(tmp_path):
+    real, tiny = tmp_path / "qwen", tmp_path / "warm_start_policy"
+    real.mkdir()
+    tiny.mkdir()
+    (tiny / "g2po_tiny.json").write_text("{}")  # what build_tiny_model and every checkpoint of it carry
+    assert load_config(None, [f"model.path={real}"]).env.prompt == "reference"
+    assert load_config(None, [f"model.path={tiny}"]).env.prompt == "compact"
+    assert load_config(None, [f"model.path={tiny}", "env.prompt=reference"]).env.prompt == "reference"
+
+
 def test_panel_is_fixed_and_of_the_configured_size(tmp_path):
     from benchmarks.registry import get_benchmark
 

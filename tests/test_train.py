@@ -35,6 +35,8 @@ def test_training_writes_a_complete_run_folder(tmp_path, algorithm):
     assert ev["final"]["num_episodes"] == 3
     assert json.loads(run.status_path.read_text())["state"] == "done"
     assert (run.checkpoint_dir / "policy" / "config.json").exists()
+    # the tiny model's marker travels with the checkpoint (env.prompt=auto picks its prompt)
+    assert (run.checkpoint_dir / "policy" / "g2po_tiny.json").exists()
     assert "algorithm:" in run.config_path.read_text()
     if algorithm == "ppo":
         assert "loss/value" in metrics[-1]
