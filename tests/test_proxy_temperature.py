@@ -1,0 +1,77 @@
+"""scripts/proxy_temperature.py: the paired table from copied evaluation records (hand-computed)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "proxy_temperature.py"
+
+
+def _module():
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import proxy_temperature
+    finally:
+        sys.path.pop(0)
+    return proxy_temperature
+
+
+def _record(path: Path, successes: list[int], temperature: float = 1.0) -> None:
+    episodes = [[f"eval/task-{i}", s] for i, s in enumerate(successes)]
+    path.write_text(json.dumps({"kind": "evaluation", "overrides": [f"eval.temperature={temperature}"],
+                                "final": {"episodes": episodes, "success_rate": sum(successes) / len(successes)}}))
+
+
+def _config(path: Path, algorithm: str, seed: int) -> None:
+    path.write_text(yaml.safe_dump({"seed": seed, "env": {"name": "alfworld"},
+                                    "algorithm": {"name": algorithm, "mode": "mean_std_norm"}}))
+
+
+def test_summary_pairs_each_run_with_its_seeds_warm_start(tmp_path):
+    pt = _module()
+    evals = tmp_path / "evals"
+    evals.mkdir()
+    # warm start: seed 0 solves 1 of 4 episodes, seed 1 solves 0 of 4
+    _record(evals / "warm_start-abc-s0.json", [1, 0, 0, 0])
+    _record(evals / "warm_start-abc-s1.json", [0, 0, 0, 0])
+    # G2PO after RL: seed 0 solves 3 of 4 (+50 points), seed 1 solves 1 of 4 (+25 points)
+    for seed, after in ((0, [1, 1, 1, 0]), (1, [0, 0, 1, 0])):
+        _config(evals / f"g2po-s{seed}.config.yaml", "g2po", seed)
+        _record(evals / f"g2po-s{seed}.json", after)
+    # GRPO: no change on seed 0
+    _config(evals / "grpo-s0.config.yaml", "grpo", 0)
+    _record(evals / "grpo-s0.json", [1, 0, 0, 0])
+    res = pt.summarize(tmp_path)
+    assert res["temperature"] == 1.0
+    g = res["methods"]["G2PO"]
+    assert g["seeds"] == [0, 1] and g["episodes_per_seed"] == 4
+    assert g["before_pct"] == 12.5 and g["after_pct"] == 50.0 and g["after_per_seed_pct"] == [75.0, 25.0]
+    assert g["improvement_points"] == 37.5
+    lo, hi = g["ci95_points"]
+    assert 0 <= lo <= 37.5 <= hi <= 75.0
+    r = res["methods"]["GRPO"]
+    assert r["improvement_points"] == 0.0 and r["ci95_points"] == [0.0, 0.0]
+    text = pt.write(tmp_path, res, "header")
+    assert "| G2PO | 2 | 12.5 | 50.0 (75.0, 25.0) | +37.5 [" in text
+    assert json.loads((tmp_path / "temperature.json").read_text()) == res
+
+
+def test_a_run_without_its_warm_start_evaluation_is_an_error(tmp_path):
+    pt = _module()
+    evals = tmp_path / "evals"
+    evals.mkdir()
+    _config(evals / "g2po-s3.config.yaml", "g2po", 3)
+    _record(evals / "g2po-s3.json", [1, 0])
+    with pytest.raises(SystemExit, match="seed 3"):
+        pt.summarize(tmp_path)
+
+
+def test_runs_without_checkpoints_are_refused_with_the_reason(tmp_path):
+    out = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--out", str(tmp_path / "o")],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode != 0 and "no training run with a checkpoint" in out.stderr
