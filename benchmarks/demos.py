@@ -71,31 +71,32 @@ def collect_demonstrations(
     rng = np.random.default_rng(seed)
     detour = getattr(benchmark, "expert_detour", None) if detour_prob > 0 else None
     stall = getattr(benchmark, "expert_stall", None) if stall_prob > 0 else None
+    mistake = getattr(benchmark, "expert_mistake", None) if recovery_prob > 0 else None
     for start in range(0, len(tasks), max(1, slots)):
         chunk = list(tasks[start:start + max(1, slots)])
         take = [bool(detour) and rng.random() < detour_prob for _ in chunk]
         slip = [t and recovery_prob > 0 and rng.random() < recovery_prob for t in take]
+
+        def edit(i: int, plan: list[str], first_obs, take=take, slip=slip) -> list[str]:
+            """The expert's plan for task ``i`` of the chunk: detour, mistake, stalls (as drawn)."""
+            if take[i]:
+                plan = detour(plan, first_obs, rng)
+            if slip[i] and mistake is not None:
+                plan = mistake(plan)
+            return stall(plan, rng, stall_prob, max_steps) if stall is not None else plan
+
         d, w = _replay(pool, benchmark, chunk, max_steps, history_length, prompt_style,
-                       lambda done, _n, s=start: on_progress and on_progress(s + done, len(tasks)),
-                       (lambda plan, obs: detour(plan, obs, rng)) if detour else None, take,
-                       (lambda plan: stall(plan, rng, stall_prob, max_steps)) if stall else None,
-                       getattr(benchmark, "expert_mistake", None) if recovery_prob > 0 else None, slip)
+                       lambda done, _n, s=start: on_progress and on_progress(s + done, len(tasks)), edit)
         demos.extend(d)
         won += w
     return demos, (won / len(tasks) if tasks else 0.0)
 
 
-def _replay(pool, benchmark, tasks, max_steps, history_length, prompt_style, on_progress, detour=None,
-            take=(), stall=None, mistake=None, slip=()):
-    """Lock-step replay of ``tasks`` on slots 0..len-1; returns (demonstrations, wins)."""
+def _replay(pool, benchmark, tasks, max_steps, history_length, prompt_style, on_progress, edit):
+    """Lock-step replay of ``tasks`` on slots 0..len-1 with the plans ``edit(i, walkthrough,
+    first_obs)`` makes of their walkthroughs; returns (demonstrations, wins)."""
     obs = pool.reset(list(enumerate(tasks)))
-    plans = [list(benchmark.expert_actions(t)) for t in tasks]
-    if detour is not None:
-        plans = [detour(p, obs[i]) if take[i] else p for i, p in enumerate(plans)]
-    if mistake is not None:
-        plans = [mistake(p) if slip[i] else p for i, p in enumerate(plans)]
-    if stall is not None:
-        plans = [stall(p) for p in plans]
+    plans = [edit(i, list(benchmark.expert_actions(t)), obs[i]) for i, t in enumerate(tasks)]
     plans = [p[:max_steps] for p in plans]
     history: list[list[tuple[str, str]]] = [[] for _ in tasks]
     steps: list[list[Demonstration]] = [[] for _ in tasks]
