@@ -12,7 +12,11 @@ What it does (issue "RL that measurably learns on a CPU"):
    after the warm start (before RL) and after RL with 95 % bootstrap CIs, and over seeds the
    mean improvement with a paired two-level bootstrap CI (:func:`results.stats.paired_improvement_ci`),
    plus the pass/fail of the targets: improvement >= 15 points with the CI above 0, wall time of
-   the cold run <= 15 minutes.
+   the cold run <= 15 minutes;
+5. re-evaluates the warm start and every run on the same panel at the runs' *training*
+   temperature (``scripts/proxy_temperature.py``; into ``--out/temperature``) and reports that
+   improvement too: low-temperature evaluation can hide what RL learned (``--no-temperature-eval``
+   skips it).
 
 Only ``seed``, ``output_dir``, ``env.generated_dir`` and ``train.warm_start_cache`` are set (the
 last two point the caches at the benchmark's own folder, so the first run is cold); everything else
@@ -42,6 +46,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import proxy_temperature  # noqa: E402  (scripts/, next to this file)
 
 from results.rundir import code_version  # noqa: E402
 from results.stats import paired_improvement_ci  # noqa: E402
@@ -107,7 +114,16 @@ def summarize(out: Path) -> dict:
         })
         res["pass_improvement"] = bool(res["improvement_points"] >= TARGET_POINTS and lo > 0)
         res["pass_wall"] = bool(cold["wall_s"] is not None and cold["wall_s"] <= TARGET_WALL_S)
+    if (out / "temperature" / "evals").is_dir():
+        res["at_train_temperature"] = proxy_temperature.summarize(out / "temperature")
     return res
+
+
+def _train_temperature(out: Path) -> float:
+    import yaml
+
+    cfg = yaml.safe_load(next((out / "runs").glob("*/config.yaml")).read_text())
+    return float(cfg["train"]["temperature"])
 
 
 def _pct(x, ci=None) -> str:
@@ -133,6 +149,12 @@ def render(res: dict) -> str:
                   f"{res['cold_wall_s'] or float('nan'):.0f} s wall (target <= {TARGET_WALL_S} s: "
                   f"{'PASS' if res['pass_wall'] else 'FAIL'}); phases: "
                   + ", ".join(f"{k} {v:.0f} s" for k, v in res["cold_phases_s"].items()) + "."]
+    for method, r in (res.get("at_train_temperature") or {}).get("methods", {}).items():
+        lo, hi = r["ci95_points"]
+        lines += ["", f"At the training temperature ({res['at_train_temperature']['temperature']:g}), same panel "
+                  f"(`scripts/proxy_temperature.py`, files in `temperature/`): {method} before RL {r['before_pct']:.1f} %, "
+                  f"after RL {r['after_pct']:.1f} %, improvement **{r['improvement_points']:+.1f} points** "
+                  f"(95 % paired CI [{lo:+.1f}, {hi:+.1f}], {len(r['seeds'])} seeds)."]
     code = res.get("code") or {}
     lines += ["", f"Load when summarised: `{res['uptime']}`; code: "
               + (f"commit `{code['commit'][:7]}`{' with uncommitted changes' if code['dirty'] else ''}."
@@ -149,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "results" / "proxy" / "bench"))
     ap.add_argument("--summarize", metavar="DIR", help="only summarise the finished runs of an earlier --out")
     ap.add_argument("--keep", action="store_true", help="do not empty --out first (caches stay warm)")
+    ap.add_argument("--no-temperature-eval", action="store_true",
+                    help="skip step 5 (the evaluations at the training temperature)")
     ap.add_argument("overrides", nargs="*", metavar="key=value")
     args = ap.parse_args(argv)
     if args.summarize:
@@ -168,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as ex:
             for seed, (rc, wall, log) in zip(rest, ex.map(lambda s: _train(s, out, args.overrides), rest)):
                 print(f"seed {seed}: exit {rc}, {wall:.0f} s wall; log {log}", flush=True)
+        if not args.no_temperature_eval:
+            proxy_temperature.evaluate(out / "runs", out / "temperature", _train_temperature(out), args.parallel)
     res = summarize(out)
     if not res["runs"]:
         print(f"no finished run under {out / 'runs'}", file=sys.stderr)

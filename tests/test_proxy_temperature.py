@@ -75,3 +75,18 @@ def test_runs_without_checkpoints_are_refused_with_the_reason(tmp_path):
     out = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--out", str(tmp_path / "o")],
                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode != 0 and "no training run with a checkpoint" in out.stderr
+
+
+def test_proxy_bench_reports_the_training_temperature_improvement(tmp_path):
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import proxy_bench
+    finally:
+        sys.path.pop(0)
+    res = {"runs": [], "uptime": "up", "code": None,
+           "at_train_temperature": {"temperature": 1.0, "methods": {"G2PO": {
+               "seeds": [0, 1, 2], "before_pct": 8.1, "after_pct": 15.0, "improvement_points": 6.9,
+               "ci95_points": [1.5, 12.0]}}}}
+    text = proxy_bench.render(res)
+    assert ("At the training temperature (1), same panel" in text and "G2PO before RL 8.1 %, after RL 15.0 %, "
+            "improvement **+6.9 points** (95 % paired CI [+1.5, +12.0], 3 seeds)" in text)
