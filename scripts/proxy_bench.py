@@ -151,7 +151,7 @@ def render(res: dict) -> str:
                   + ", ".join(f"{k} {v:.0f} s" for k, v in res["cold_phases_s"].items()) + "."]
     for method, r in (res.get("at_train_temperature") or {}).get("methods", {}).items():
         lo, hi = r["ci95_points"]
-        lines += ["", f"At the training temperature ({res['at_train_temperature']['temperature']:g}), same panel "
+        lines += ["", f"At the training temperature ({res['at_train_temperature']['temperature']:.1f}), same panel "
                   f"(`scripts/proxy_temperature.py`, files in `temperature/`): {method} before RL {r['before_pct']:.1f} %, "
                   f"after RL {r['after_pct']:.1f} %, improvement **{r['improvement_points']:+.1f} points** "
                   f"(95 % paired CI [{lo:+.1f}, {hi:+.1f}], {len(r['seeds'])} seeds)."]

@@ -88,5 +88,5 @@ def test_proxy_bench_reports_the_training_temperature_improvement(tmp_path):
                "seeds": [0, 1, 2], "before_pct": 8.1, "after_pct": 15.0, "improvement_points": 6.9,
                "ci95_points": [1.5, 12.0]}}}}
     text = proxy_bench.render(res)
-    assert ("At the training temperature (1), same panel" in text and "G2PO before RL 8.1 %, after RL 15.0 %, "
+    assert ("At the training temperature (1.0), same panel" in text and "G2PO before RL 8.1 %, after RL 15.0 %, "
             "improvement **+6.9 points** (95 % paired CI [+1.5, +12.0], 3 seeds)" in text)
