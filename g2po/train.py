@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from g2po.config import ConfigError, RunConfig, config_to_yaml
-from results.rundir import RunDir, atomic_write_json, atomic_write_text
+from results.rundir import RunDir, atomic_write_json, atomic_write_text, code_version
 
 __all__ = ["run_train", "run_eval", "check_run_for_eval", "eval_output_dir"]
 
@@ -113,9 +113,9 @@ def run_eval(cfg: RunConfig, run_dir: str | Path | None = None, console=None, *,
     panel, step limit, prompt and model settings are the run's.
 
     Writes ``config.yaml`` (the config used) and ``eval.json`` (``kind: "evaluation"``,
-    ``run``, ``model``, ``checkpoint_iteration``, ``overrides``, ``panel`` and the EVAL record
-    as ``history``/``before``/``final``/``best``) into a new folder (:func:`eval_output_dir`)
-    and returns it.
+    ``run``, ``model``, ``checkpoint_iteration``, ``overrides``, ``panel``, ``code`` (the git commit,
+    :func:`results.rundir.code_version`) and the EVAL record as ``history``/``before``/``final``/``best``)
+    into a new folder (:func:`eval_output_dir`) and returns it.
 
     Raises:
         ConfigError: no model given, a run folder without a checkpoint, a taken ``name``;
@@ -155,9 +155,12 @@ def run_eval(cfg: RunConfig, run_dir: str | Path | None = None, console=None, *,
         "checkpoint_iteration": checkpoint_iteration, "overrides": list(overrides or []),
         "panel": {"split": cfg.env.eval_split, "num_tasks": cfg.eval.num_tasks,
                   "episodes_per_task": cfg.eval.episodes_per_task, "temperature": cfg.eval.temperature},
-        "history": [ev], "before": ev, "final": ev, "best": ev,
+        "code": code_version(), "history": [ev], "before": ev, "final": ev, "best": ev,
     })
     if console is not None:
-        console.print(f"success {ev['success_rate']:.1%} on {ev['num_episodes']} episodes; "
-                      f"per type: {ev['per_task_type']}")
+        from algorithms.backends.progress import format_rate_ci
+
+        per_type = ", ".join(f"{t} {100 * r:.1f} %" for t, r in sorted(ev["per_task_type"].items()))
+        console.print(f"held-out success {format_rate_ci(ev)} at temperature {cfg.eval.temperature:g}; "
+                      f"per task type: {per_type}")
     return out.root

@@ -21,7 +21,7 @@ Layout of ``results/runs/<run_id>/`` (DESIGN.md "results/"):
 - ``checkpoints/``: ``latest/`` (model, optimizer, trainer state), replaced atomically.
 - ``evals/<UTC time or name>/``: evaluations of the run's checkpoint by ``g2po eval --run``
   (``config.yaml`` as used, ``eval.json`` with ``"kind": "evaluation"``, ``run``,
-  ``checkpoint_iteration`` and the ``overrides``); never counted as training seeds.
+  ``checkpoint_iteration``, the ``overrides`` and ``code``); never counted as training seeds.
 
 Every file is written whole to a temporary name and renamed into place, so a kill at any
 moment leaves either the old or the new file, never a torn one. ``metrics.jsonl`` is

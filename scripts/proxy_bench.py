@@ -102,7 +102,7 @@ def summarize(out: Path) -> dict:
                      "per_task_type_before": b.get("per_task_type"), "per_task_type_final": f.get("per_task_type")})
         before.append([e[1] for e in b["episodes"]])
         after.append([e[1] for e in f["episodes"]])
-    res: dict = {"runs": rows, "uptime": _uptime(), "code": code_version()}
+    res: dict = {"runs": rows, "uptime": _uptime(), "code": code_version(), "runs_code": _runs_code(out)}
     if rows:
         d, lo, hi = paired_improvement_ci(before, after, n_boot=10_000, seed=0)
         cold = next((r for r in rows if r["run"] == "seed0"), rows[0])
@@ -117,6 +117,16 @@ def summarize(out: Path) -> dict:
     if (out / "temperature" / "evals").is_dir():
         res["at_train_temperature"] = proxy_temperature.summarize(out / "temperature")
     return res
+
+
+def _runs_code(out: Path) -> list[str]:
+    """The commits the runs recorded (``status.json`` ``code``; runs older than that field: none)."""
+    found = set()
+    for status in (out / "runs").glob("*/status.json"):
+        code = json.loads(status.read_text()).get("code") or {}
+        if code.get("commit"):
+            found.add(code["commit"][:7] + ("+changes" if code.get("dirty") else ""))
+    return sorted(found)
 
 
 def _train_temperature(out: Path) -> float:
@@ -156,7 +166,10 @@ def render(res: dict) -> str:
                   f"after RL {r['after_pct']:.1f} %, improvement **{r['improvement_points']:+.1f} points** "
                   f"(95 % paired CI [{lo:+.1f}, {hi:+.1f}], {len(r['seeds'])} seeds)."]
     code = res.get("code") or {}
-    lines += ["", f"Load when summarised: `{res['uptime']}`; code: "
+    ran = res.get("runs_code")
+    lines += ["", "The runs ran on commit " + (", ".join(f"`{c}`" for c in ran) if ran else
+                                               "(not recorded: runs older than status.json's `code`)") + "."]
+    lines += [f"Load when summarised: `{res['uptime']}`; code: "
               + (f"commit `{code['commit'][:7]}`{' with uncommitted changes' if code['dirty'] else ''}."
                  if code else "not a git checkout.")]
     return "\n".join(lines) + "\n"

@@ -162,9 +162,11 @@ def write(out: Path, summary: dict, header: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="?", type=Path, help="run folders with checkpoints (a sweep's runs/)")
-    ap.add_argument("--out", type=Path, default=ROOT / "results" / "proxy" / "temperature")
+    ap.add_argument("--out", type=Path, default=ROOT / "results" / "proxy" / "temperature",
+                    help="where the copied records, temperature.md and temperature.json go "
+                         "(default results/proxy/temperature)")
     ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
-    ap.add_argument("--parallel", type=int, default=2)
+    ap.add_argument("--parallel", type=int, default=2, help="evaluations at a time (default 2)")
     ap.add_argument("--summarize", type=Path, default=None, help="only summarize this --out folder")
     args = ap.parse_args(argv)
     out = args.summarize or args.out
@@ -173,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.summarize is None:
         if args.runs is None:
             ap.error("give the runs folder (or --summarize OUT)")
+        _training_runs(args.runs)  # refuse a wrong folder before creating anything
         out.mkdir(parents=True, exist_ok=True)
         evaluate(args.runs, out, args.temperature, args.parallel)
         (out / "provenance.json").write_text(json.dumps(

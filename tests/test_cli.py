@@ -66,6 +66,9 @@ def test_eval_run_uses_the_runs_config_and_writes_inside_the_run(two_runs):
     assert ev_a["run"] == str(run_a.resolve()) and ev_b["run"] == str(run_b.resolve())
     assert ev_a["model"] == str(run_a / "checkpoints" / "latest" / "policy")
     assert ev_a["checkpoint_iteration"] == 1
+    from results.rundir import code_version
+
+    assert ev_a["code"] == code_version()  # the commit that evaluated (None outside git)
     assert ev_a["final"]["num_episodes"] == 3 and ev_b["final"]["num_episodes"] == 2
     assert ev_a["final"]["mean_steps"] <= 3
     # the training run's own files are untouched by its evaluation
