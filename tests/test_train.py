@@ -55,6 +55,24 @@ def test_same_seed_same_training(tmp_path):
         assert ma[key] == mb[key], key
 
 
+def test_held_out_success_is_also_measured_at_the_training_temperature(tmp_path):
+    """eval.at_train_temperature: the panel at train.temperature before RL and at the end, with the
+    same episodes; it changes nothing in training."""
+    on = run_train(_cfg(tmp_path / "on", "train.temperature=0.9"))
+    off = run_train(_cfg(tmp_path / "off", "train.temperature=0.9", "eval.at_train_temperature=false"))
+    ev_on, ev_off = json.loads(on.eval_path.read_text()), json.loads(off.eval_path.read_text())
+    at_t = ev_on["at_train_temperature"]
+    assert at_t["temperature"] == 0.9 and "at_train_temperature" not in ev_off
+    assert (at_t["before"]["iteration"], at_t["final"]["iteration"]) == (0, 2)
+    assert [e[0] for e in at_t["before"]["episodes"]] == [e[0] for e in ev_on["before"]["episodes"]]
+    assert at_t["final"]["num_episodes"] == ev_on["final"]["num_episodes"] == 3
+    # the main panel (eval.temperature) and the training itself are the same with it off
+    assert ev_on["history"] == ev_off["history"]
+    for a, b in zip(read_jsonl(on.metrics_path), read_jsonl(off.metrics_path)):
+        for key in ("train/success_rate", "train/steps", "loss/pg_loss", "loss/kl"):
+            assert a[key] == b[key], key
+
+
 def test_resume_continues_from_the_checkpoint(tmp_path):
     """A finished run resumed with more iterations continues after its checkpoint. Nothing is
     killed here: tests/test_signals.py kills (kill -9) and signals real training processes
@@ -127,6 +145,7 @@ def test_a_log_file_gets_one_readable_line_per_phase_and_iteration(tmp_path):
     assert "held-out success" in its[-1] and "held-out success" not in its[0]
     assert any(line.startswith("held-out success before RL:") for line in lines)
     assert any(line.startswith("held-out success final:") for line in lines)
+    assert any(line.startswith("held-out success at the training temperature 1: before RL ") for line in lines)
     summary = [line for line in lines if line.startswith("time: ")]
     assert len(summary) == 1 and "RL iterations" in summary[0]
     assert all(len(line) < 400 for line in lines) and not any("\x1b[" in line for line in lines)

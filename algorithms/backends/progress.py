@@ -114,6 +114,10 @@ class RunProgress:
             lines.append(f"held-out success before RL: {format_rate_ci(evals.get('before'))}")
             lines.append(f"held-out success final:     {format_rate_ci(evals.get('final'))}")
             lines.append(f"held-out success best:      {format_rate_ci(best)} at iteration {best.get('iteration')}")
+            at_t = evals.get("at_train_temperature") or {}
+            if at_t:
+                lines.append(f"held-out success at the training temperature {at_t['temperature']:g}: "
+                             f"before RL {format_rate_ci(at_t.get('before'))}, final {format_rate_ci(at_t.get('final'))}")
         total = sum(self.seconds.values())
         parts = ", ".join(f"{k} {v:.0f} s" for k, v in self.seconds.items())
         lines.append(f"time: {total:.0f} s ({parts})")

@@ -38,6 +38,7 @@ is not yet, ``status.json`` says ``interrupted`` and the process exits with ``12
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import random
@@ -99,6 +100,8 @@ class LocalTrainer:
         self.device = resolve_device(cfg.model.device)
         self.metrics_t0 = time.time()
         self.eval_history: list[dict[str, Any]] = []
+        # eval.at_train_temperature: {"before": EVAL, "final": EVAL} at train.temperature
+        self.train_temperature_evals: dict[str, dict[str, Any]] = {}
         self.start_iteration = 1
         self.critic: ValueModel | None = None
         # (iteration, RNG states) while the model and optimizer hold exactly the state at the
@@ -192,6 +195,7 @@ class LocalTrainer:
                                           "setup_seconds": time.time() - t_setup})
                     ev = self._evaluate(pool, panel, 0)
                     self.log(f"evaluation before RL: success {format_rate_ci(ev)}")
+                    self._evaluate_at_train_temperature(pool, panel, 0, "before")
                 self._loop(pool, train_tasks, panel)
         except ShutdownRequested:
             raise  # handled by stop_on_signal: not a failure
@@ -199,7 +203,7 @@ class LocalTrainer:
             self.run.write_status("failed", self.start_iteration - 1, total, error=f"{type(exc).__name__}: {exc}")
             raise
         self.run.write_status("done", total, total)
-        summary = eval_summary(cfg, self.eval_history) if self.eval_history else None
+        summary = self._eval_record() if self.eval_history else None
         for line in self.progress.summary_lines(summary):
             self.log(line)
         atomic_write_json(self.run.root / "timing.json", {"seconds": self.progress.seconds})
@@ -258,6 +262,8 @@ class LocalTrainer:
                 rec.update(eval_metrics(ev))
                 line += f"; held-out success {format_rate_ci(ev)}"
             self.log(line)
+            if it == total:
+                self._evaluate_at_train_temperature(pool, panel, it, "final")
             rec["time_s"] = time.time() - self.metrics_t0
             self.run.log_metrics(rec)
             if it % cfg.train.checkpoint_every == 0 or it == total:
@@ -441,8 +447,32 @@ class LocalTrainer:
         self._write_eval()
         return ev
 
+    def _evaluate_at_train_temperature(self, pool: EnvPool, panel, iteration: int, which: str) -> None:
+        """``eval.at_train_temperature``: the panel at ``train.temperature`` (same evaluation seed),
+        recorded as ``eval.json`` ``at_train_temperature[which]`` ("before" or "final")."""
+        cfg = self.cfg
+        if not cfg.eval.at_train_temperature or which in self.train_temperature_evals:
+            return
+        t = cfg.train.temperature
+        at_t = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, temperature=t))
+        n = len(panel) * cfg.eval.episodes_per_task
+        with self.progress.phase(f"evaluation at the training temperature {t:g}, iteration {iteration} ({n} episodes)",
+                                 total=n, key="evaluation") as h:
+            ev = evaluate_panel(at_t, self.policy, pool, self.bench, panel, iteration,
+                                on_progress=lambda done, total: h.update(done, "episodes"))
+        self.train_temperature_evals[which] = ev
+        self._write_eval()
+        self.log(f"held-out success at the training temperature {t:g} ({which}): {format_rate_ci(ev)}")
+
+    def _eval_record(self) -> dict[str, Any]:
+        """``eval.json``: :func:`eval_summary` plus ``at_train_temperature`` when evaluated."""
+        rec = eval_summary(self.cfg, self.eval_history)
+        if self.train_temperature_evals:
+            rec["at_train_temperature"] = {"temperature": self.cfg.train.temperature, **self.train_temperature_evals}
+        return rec
+
     def _write_eval(self) -> None:
-        atomic_write_json(self.run.eval_path, eval_summary(self.cfg, self.eval_history))
+        atomic_write_json(self.run.eval_path, self._eval_record())
 
     # ------------------------------------------------------------------ checkpoints
     def _save_checkpoint(self, it: int) -> None:
@@ -466,6 +496,7 @@ class LocalTrainer:
         torch.save(state, staging / "optim.pt")
         (staging / "trainer_state.json").write_text(json.dumps({
             "iteration": it, "eval_history": self.eval_history,
+            "train_temperature_evals": self.train_temperature_evals,
             "elapsed_s": time.time() - self.metrics_t0,
         }))
         self.run.replace_dir(staging, target)
@@ -482,6 +513,7 @@ class LocalTrainer:
         self.start_iteration = int(meta["iteration"]) + 1
         self._ckpt_iteration = int(meta["iteration"])
         self.eval_history = meta["eval_history"]
+        self.train_temperature_evals = meta.get("train_temperature_evals", {})
         self.metrics_t0 = time.time() - float(meta.get("elapsed_s", 0.0))
         self.run.truncate_metrics(int(meta["iteration"]))
         if self.eval_history:
