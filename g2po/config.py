@@ -246,6 +246,45 @@ class RunConfig:
 
 
 # ---------------------------------------------------------------------------- loading
+def _str_field(dotted: str) -> bool:
+    """True when ``dotted`` (e.g. ``"run_id"``, ``"model.path"``) is a ``str`` (or ``str | None``)
+    field of :class:`RunConfig`; False for other types and unknown keys."""
+    import dataclasses
+    import typing
+
+    cls: Any = RunConfig
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
+        if not dataclasses.is_dataclass(cls):
+            return False
+        hints = typing.get_type_hints(cls)
+        if part not in hints:
+            return False
+        hint = hints[part]
+        if i < len(parts) - 1:
+            cls = hint
+            continue
+        args = typing.get_args(hint)
+        return hint is str or (bool(args) and str in args and all(a in (str, type(None)) for a in args))
+    return False
+
+
+def _dotlist_layer(overrides: list[str]) -> DictConfig:
+    """``OmegaConf.from_dotlist`` with one fix: a value for a ``str`` field keeps its text. YAML reads
+    ``off``, ``on``, ``yes``, ``no`` as booleans (and ``123`` as a number); the schema would then store
+    ``"False"``: ``run_id=off`` made the run folder ``False``. ``null`` still means None."""
+    layer = OmegaConf.from_dotlist(overrides)
+    for item in overrides:
+        key, _, raw = item.partition("=")
+        key = key.strip()
+        if not _str_field(key) or raw.strip() in ("null", "~"):
+            continue
+        parsed = OmegaConf.select(layer, key)
+        if parsed is not None and not isinstance(parsed, str):
+            OmegaConf.update(layer, key, raw, merge=False)
+    return layer
+
+
 def load_config(
     config_file: str | Path | None = None,
     overrides: list[str] | None = None,
@@ -289,7 +328,7 @@ def load_config(
                     f"override {item!r} is not of the form key=value (e.g. algorithm.name=gigpo)"
                 )
         if overrides:
-            layers.append(OmegaConf.from_dotlist(list(overrides)))
+            layers.append(_dotlist_layer(list(overrides)))
         merged = OmegaConf.merge(base, *layers)
         # a ``???`` in a preset or file does not override on merge: find those left unset
         missing = sorted(

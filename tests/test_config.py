@@ -70,3 +70,12 @@ def test_state_key_defaults_to_each_estimators_reference_key():
     assert "state_key: raw" in config_to_yaml(load_config(overrides=["algorithm.name=gigpo"]))
     with pytest.raises(ConfigError, match="env.state_key"):
         load_config(overrides=["env.state_key=exact"])
+
+
+def test_string_overrides_keep_their_text_even_when_yaml_reads_a_boolean():
+    """``run_id=off`` used to make the run folder ``False`` (YAML reads off/on/yes/no as booleans)."""
+    cfg = load_config(None, ["run_id=off", "output_dir=yes", "model.path=null", "resume=off", "seed=3",
+                             "env.prompt=auto"])
+    assert (cfg.run_id, cfg.output_dir, cfg.model.path) == ("off", "yes", None)
+    assert cfg.resume is False and cfg.seed == 3  # non-string fields still parse as before
+    assert load_config(None, ["run_id=123"]).run_id == "123"
