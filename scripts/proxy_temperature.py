@@ -146,6 +146,9 @@ def summarize(out: Path) -> dict:
 
 
 def write(out: Path, summary: dict, header: str) -> str:
+    """Write ``summary`` (:func:`summarize`) as ``out/temperature.md`` (a Markdown table: per method,
+    seeds, before/after success in %, improvement in points with its 95 % CI, under ``header``) and
+    ``out/temperature.json``; returns the Markdown text. Raises OSError if ``out`` is not writable."""
     lines = [f"# Held-out success at temperature {summary['temperature']}", "", header, "",
              "| method | seeds | before RL (%) | after RL (%) (per seed) | improvement (points) [95 % CI] |",
              "|---|---:|---:|---:|---:|"]
@@ -160,6 +163,9 @@ def write(out: Path, summary: dict, header: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command line (module docstring): evaluate then summarize, or ``--summarize OUT`` only.
+    Returns the exit status (0); bad arguments exit 2 (argparse), a wrong runs folder or a failed
+    ``g2po eval`` exits with the reason (SystemExit)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="?", type=Path, help="run folders with checkpoints (a sweep's runs/)")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "proxy" / "temperature",
