@@ -437,15 +437,18 @@ class LocalTrainer:
 
     # ------------------------------------------------------------------ evaluation
     def _evaluate(self, pool: EnvPool, panel, iteration: int) -> dict[str, Any]:
-        n = len(panel) * self.cfg.eval.episodes_per_task
-        with self.progress.phase(f"evaluation at iteration {iteration} ({n} episodes)", total=n,
-                                 key="evaluation") as h:
-            ev = evaluate_panel(self.cfg, self.policy, pool, self.bench, panel, iteration,
-                                on_progress=lambda done, total: h.update(done, "episodes"))
+        ev = self._play_panel(self.cfg, pool, panel, iteration, f"evaluation at iteration {iteration}")
         self.truncation.observe(eval_metrics(ev), iteration)
         self.eval_history = record_evaluation(self.eval_history, ev)
         self._write_eval()
         return ev
+
+    def _play_panel(self, cfg, pool: EnvPool, panel, iteration: int, title: str) -> dict[str, Any]:
+        """One evaluation of ``panel`` with ``cfg``'s eval settings, shown as a progress phase."""
+        n = len(panel) * cfg.eval.episodes_per_task
+        with self.progress.phase(f"{title} ({n} episodes)", total=n, key="evaluation") as h:
+            return evaluate_panel(cfg, self.policy, pool, self.bench, panel, iteration,
+                                  on_progress=lambda done, total: h.update(done, "episodes"))
 
     def _evaluate_at_train_temperature(self, pool: EnvPool, panel, iteration: int, which: str) -> None:
         """``eval.at_train_temperature``: the panel at ``train.temperature`` (same evaluation seed),
@@ -455,11 +458,8 @@ class LocalTrainer:
             return
         t = cfg.train.temperature
         at_t = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, temperature=t))
-        n = len(panel) * cfg.eval.episodes_per_task
-        with self.progress.phase(f"evaluation at the training temperature {t:g}, iteration {iteration} ({n} episodes)",
-                                 total=n, key="evaluation") as h:
-            ev = evaluate_panel(at_t, self.policy, pool, self.bench, panel, iteration,
-                                on_progress=lambda done, total: h.update(done, "episodes"))
+        ev = self._play_panel(at_t, pool, panel, iteration,
+                              f"evaluation at the training temperature {t:g}, iteration {iteration}")
         self.train_temperature_evals[which] = ev
         self._write_eval()
         self.log(f"held-out success at the training temperature {t:g} ({which}): {format_rate_ci(ev)}")
