@@ -39,6 +39,7 @@ __all__ = [
 ]
 
 PRESET_DIR = Path(__file__).parent / "presets"
+RL_TASK_POOLS = ("all", "without_demos")  # train.rl_tasks
 
 
 
@@ -187,6 +188,10 @@ class TrainConfig:
     # object at the wrong receptacle (refused), then goes on: the warm start sees a recovery from a
     # refused action (benchmarks/alfworld expert_mistake; the mistake itself is never imitated)
     sft_recovery_prob: float = 0.0
+    # which training tasks RL draws its groups from: "all", or "without_demos" (only the tasks the
+    # warm start's expert demonstrations did not come from, so RL cannot profit from SFT having
+    # memorised a game; needs train.sft_max_tasks below the number of training tasks)
+    rl_tasks: str = "all"
     checkpoint_every: int = 1
     # an iteration where most episodes crashed is rolled out again after restarting the
     # environment workers, at most this many times; then the run fails with the reason
@@ -485,6 +490,7 @@ def validate_config(cfg: RunConfig) -> None:
     need(0.0 <= t.sft_detour_prob <= 1.0, "train.sft_detour_prob", "must be in [0, 1]")
     need(0.0 <= t.sft_stall_prob < 1.0, "train.sft_stall_prob", "must be in [0, 1)")
     need(0.0 <= t.sft_recovery_prob <= 1.0, "train.sft_recovery_prob", "must be in [0, 1]")
+    need(t.rl_tasks in RL_TASK_POOLS, "train.rl_tasks", f"choose one of {', '.join(RL_TASK_POOLS)}")
     need(t.checkpoint_every >= 1, "train.checkpoint_every", "must be >= 1")
     need(t.top_p == 1.0, "train.top_p",
          "must be 1 for training: the trainer rescores the full distribution; with top_p < 1 a token "

@@ -179,3 +179,47 @@ def test_mistake_is_inserted_after_the_detour_and_never_imitated():
         assert "Nothing happens." in d.prompt and "go to " in d.response
     assert not any("Nothing happens." in d.prompt for d in plain)
     assert [d.step for d in slips if d.task_id == tasks[0].task_id][:3] == [0, 2, 3]
+
+
+def _tasks(n):
+    from types import SimpleNamespace
+
+    return [SimpleNamespace(task_id=f"t{i:02d}") for i in range(n)]
+
+
+def test_demonstration_tasks_are_evenly_spread_and_rl_can_leave_them_out(tmp_path):
+    import pytest
+
+    from algorithms.backends.common import demonstration_tasks, rl_tasks
+
+    cfg = _cfg(tmp_path, "train.sft_max_tasks=4")
+    tasks = _tasks(10)
+    # linspace(0, 9, 4) rounded: 0, 3, 6, 9
+    assert [t.task_id for t in demonstration_tasks(cfg, tasks)] == ["t00", "t03", "t06", "t09"]
+    assert rl_tasks(cfg, tasks) == tasks  # the default: RL draws from every training task
+    unseen = _cfg(tmp_path, "train.sft_max_tasks=4", "train.rl_tasks=without_demos")
+    assert [t.task_id for t in rl_tasks(unseen, tasks)] == ["t01", "t02", "t04", "t05", "t07", "t08"]
+    # the RL task pool is an RL setting: it does not change the warm start
+    assert warm_start_key(unseen) == warm_start_key(cfg)
+    every = _cfg(tmp_path, "train.sft_max_tasks=10", "train.rl_tasks=without_demos")
+    with pytest.raises(ValueError, match="sft_max_tasks below 10"):
+        rl_tasks(every, tasks)
+    with pytest.raises(ValueError, match="train.rl_tasks"):
+        _cfg(tmp_path, "train.rl_tasks=unseen")
+
+
+def test_rl_without_demos_never_plays_a_demonstration_task(tmp_path):
+    import pandas as pd
+
+    from algorithms.backends.common import demonstration_tasks, load_task_splits
+    from benchmarks.registry import get_benchmark
+
+    cfg = _cfg(tmp_path, "train.sft_max_tasks=3", "train.rl_tasks=without_demos", "train.iterations=2",
+               "train.groups_per_batch=4")
+    run = run_train(cfg)
+    train_tasks, _ = load_task_splits(cfg, get_benchmark(cfg.env.name))
+    demo_ids = {t.task_id for t in demonstration_tasks(cfg, train_tasks)}
+    played = set()
+    for f in sorted((run.root / "steps").glob("iter_*.parquet")):
+        played |= set(pd.read_parquet(f).task_id)
+    assert played and not played & demo_ids

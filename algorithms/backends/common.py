@@ -103,6 +103,37 @@ def load_task_splits(cfg, bench) -> tuple[list, list]:
     return train_tasks, panel
 
 
+def demonstration_tasks(cfg, train_tasks: list) -> list:
+    """The training tasks whose expert walkthroughs the local warm start replays (its SFT data,
+    and the tiny model's tokenizer corpus): at most ``train.sft_max_tasks`` of ``train_tasks``,
+    evenly spaced over the list (deterministic)."""
+    k = cfg.train.sft_max_tasks
+    if len(train_tasks) <= k:
+        return list(train_tasks)
+    idx = np.linspace(0, len(train_tasks) - 1, k).round().astype(int)
+    return [train_tasks[i] for i in sorted(set(idx.tolist()))]
+
+
+def rl_tasks(cfg, train_tasks: list) -> list:
+    """The tasks RL draws its groups from (``train.rl_tasks``): all of ``train_tasks``, or with
+    ``"without_demos"`` those :func:`demonstration_tasks` left out, in their order.
+
+    Raises:
+        ValueError: ``"without_demos"`` leaves no task (the demonstrations use every training
+            task: lower ``train.sft_max_tasks`` or generate more training games).
+    """
+    if cfg.train.rl_tasks == "all":
+        return list(train_tasks)
+    used = {t.task_id for t in demonstration_tasks(cfg, train_tasks)}
+    left = [t for t in train_tasks if t.task_id not in used]
+    if not left:
+        raise ValueError(
+            f"train.rl_tasks=without_demos leaves no training task: the warm start's demonstrations come "
+            f"from all {len(train_tasks)} of them; set train.sft_max_tasks below {len(train_tasks)} or "
+            f"generate more training games (env.generated_train_games)")
+    return left
+
+
 def training_rollouts(cfg, policy, pool, bench, train_tasks, iteration: int, on_step=None) -> RolloutBatch:
     """Iteration ``iteration``'s rollouts: ``train.groups_per_batch`` tasks drawn without
     replacement (seeded by ``(seed, iteration)``), ``train.group_size`` episodes each, sampled

@@ -60,6 +60,7 @@ from algorithms.backends.common import (
     needs_critic,
     record_evaluation,
     record_step_table,
+    rl_tasks,
     rollout_metrics,
     step_advantages,
     training_rollouts,
@@ -196,7 +197,7 @@ class LocalTrainer:
                     ev = self._evaluate(pool, panel, 0)
                     self.log(f"evaluation before RL: success {format_rate_ci(ev)}")
                     self._evaluate_at_train_temperature(pool, panel, 0, "before")
-                self._loop(pool, train_tasks, panel)
+                self._loop(pool, self._rl_tasks(train_tasks), panel)
         except ShutdownRequested:
             raise  # handled by stop_on_signal: not a failure
         except BaseException as exc:
@@ -244,6 +245,14 @@ class LocalTrainer:
         with autocast(next(model.parameters()).device, self.compute_dtype):
             return response_logprobs(model, packed, sampling=self.sampling, with_entropy=with_entropy,
                                      chunk_tokens=self.cfg.train.logprob_chunk_tokens)
+
+    def _rl_tasks(self, train_tasks) -> list:
+        """The tasks RL draws from (``train.rl_tasks``, :func:`algorithms.backends.common.rl_tasks`)."""
+        tasks = rl_tasks(self.cfg, train_tasks)
+        if len(tasks) != len(train_tasks):
+            self.log(f"RL draws from the {len(tasks)} training tasks the warm start's demonstrations "
+                     f"did not use (train.rl_tasks={self.cfg.train.rl_tasks})")
+        return tasks
 
     def _loop(self, pool: EnvPool, train_tasks, panel) -> None:
         cfg = self.cfg

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from algorithms.backends.common import demonstration_tasks
 
 __all__ = ["WarmStart", "warm_start_settings", "warm_start_key", "ensure_warm_start"]
 
@@ -158,14 +158,6 @@ def _reuse(target: Path, key: str, log) -> WarmStart:
     return WarmStart(target / "policy", stats, key=key, reused=True)
 
 
-def _spread(items: list, k: int) -> list:
-    """At most ``k`` items, evenly spaced over the (sorted) list; deterministic."""
-    if len(items) <= k:
-        return list(items)
-    idx = np.linspace(0, len(items) - 1, k).round().astype(int)
-    return [items[i] for i in sorted(set(idx.tolist()))]
-
-
 def _build(cfg, pool, bench, train_tasks, out: Path, progress) -> dict[str, Any]:
     import torch
 
@@ -177,7 +169,7 @@ def _build(cfg, pool, bench, train_tasks, out: Path, progress) -> dict[str, Any]
     log = progress.log
     stats: dict[str, Any] = {}
     t0 = time.time()
-    demo_tasks = _spread(train_tasks, cfg.train.sft_max_tasks)
+    demo_tasks = demonstration_tasks(cfg, train_tasks)
     with progress.phase(f"expert replay of {len(demo_tasks)} training tasks", total=len(demo_tasks),
                         key="expert replay") as h:
         demos, replay_win = collect_demonstrations(

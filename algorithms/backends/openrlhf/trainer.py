@@ -51,6 +51,7 @@ from algorithms.backends.common import (
     evaluate_panel,
     load_task_splits,
     record_evaluation,
+    rl_tasks,
     rollout_metrics,
     training_rollouts,
 )
@@ -273,7 +274,7 @@ class OpenRLHFTrainer:
                         ev = self._evaluate(pool, panel, 0)
                         self.log(f"evaluation before RL: success {ev['success_rate']:.1%} on "
                                  f"{ev['num_episodes']} episodes")
-                    self._loop(pool, train_tasks, panel)
+                    self._loop(pool, rl_tasks(cfg, train_tasks), panel)
         except BaseException as exc:
             self.run.write_status("failed", self.start_iteration - 1, total, error=f"{type(exc).__name__}: {exc}")
             raise
