@@ -82,7 +82,7 @@ class EnvConfig:
     worker_max_episodes: int = 256
     # generated-game settings (embedded default)
     generated_dir: str = "results/cache/alfworld_generated"
-    generated_train_games: int = 400
+    generated_train_games: int = 1200
     generated_eval_games: int = 120
     generated_max_receptacles: int = 2
     # "seen": eval games on the training floor plans (new games, like ALFWorld's valid_seen,
@@ -173,10 +173,10 @@ class TrainConfig:
     ppo_epochs: int = 1
     value_lr: float = 1e-5  # critic AdamW lr (reference critic.optim.lr)
     value_clip: float = 0.5  # critic value clip (reference critic.cliprange_value)
-    sft_epochs: int = 4  # warm start on expert walkthroughs (0 = off)
+    sft_epochs: int = 2  # warm start on expert walkthroughs (0 = off)
     sft_lr: float = 3e-3
     sft_batch_size: int = 16
-    sft_max_tasks: int = 400  # expert demonstrations from at most this many training tasks
+    sft_max_tasks: int = 1200  # expert demonstrations from at most this many training tasks
     # fraction of ALFWorld demonstrations that first visit another receptacle (a searching expert,
     # benchmarks/alfworld expert_detour); 0 = the planner's walkthroughs only
     sft_detour_prob: float = 0.5
