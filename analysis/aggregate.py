@@ -261,6 +261,7 @@ def improvement_over_warm_start(
     confidence: float = 0.95,
     n_boot: int = DEFAULT_N_BOOT,
     seed: int = 0,
+    at_train_temperature: bool = False,
 ) -> pd.DataFrame:
     """Held-out success after RL minus success before RL (after the warm start), per method.
 
@@ -274,6 +275,10 @@ def improvement_over_warm_start(
     Args:
         runs: :attr:`analysis.load.LoadedRuns.runs` (needs ``path``, ``before.success_rate``,
             ``final.success_rate`` and the identity columns).
+        at_train_temperature: use the panel played at the training temperature instead
+            (``eval.json`` ``at_train_temperature``, written with ``eval.at_train_temperature``): a
+            group is kept only when every run has that record with per-episode successes (no
+            fallback), and ``before``/``final`` are then the means of those episodes.
 
     Returns:
         One row per group: ``env, model_size, method_label, seeds, before, final, improvement,
@@ -296,6 +301,8 @@ def improvement_over_warm_start(
         for p in grp["path"]:
             try:
                 ev = json.loads((Path(p) / "eval.json").read_text())
+                if at_train_temperature:
+                    ev = ev["at_train_temperature"]
                 b = [e[1] for e in ev["before"]["episodes"]]
                 f = [e[1] for e in ev["final"]["episodes"]]
             except (OSError, ValueError, KeyError, TypeError, IndexError):
@@ -304,9 +311,15 @@ def improvement_over_warm_start(
                 break
             before_eps.append(b)
             final_eps.append(f)
+        paired = len(before_eps) == len(grp) and len({len(b) for b in before_eps}) == 1
+        if at_train_temperature and not paired:
+            continue
         b_mean = float(grp["before.success_rate"].mean()) * 100
         f_mean = float(grp["final.success_rate"].mean()) * 100
-        if len(before_eps) == len(grp) and len({len(b) for b in before_eps}) == 1:
+        if at_train_temperature:
+            b_mean = 100 * float(np.mean([np.mean(b) for b in before_eps]))
+            f_mean = 100 * float(np.mean([np.mean(f) for f in final_eps]))
+        if paired:
             d, lo, hi = paired_improvement_ci(before_eps, final_eps, confidence=confidence, n_boot=n_boot,
                                               seed=seed)
             kind = "episodes x seeds"

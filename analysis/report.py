@@ -123,6 +123,8 @@ def build_report(
     cells = aggregate_metrics(long, confidence=confidence, n_boot=n_boot, seed=seed)
     iqm_df = aggregate_iqm(long, confidence=confidence, n_boot=n_boot, seed=seed)
     improvement = improvement_over_warm_start(loaded.runs, confidence=confidence, n_boot=n_boot, seed=seed)
+    improvement_t = improvement_over_warm_start(loaded.runs, confidence=confidence, n_boot=n_boot, seed=seed,
+                                                at_train_temperature=True)
 
     tables: dict[str, Table] = {
         "table1": build_table(cells, reference, TABLE1),
@@ -141,6 +143,8 @@ def build_report(
     loaded.runs.to_csv(out / "runs.csv", index=False)
     cells.to_csv(out / "cells.csv", index=False)
     improvement.to_csv(out / "improvement.csv", index=False)
+    if not improvement_t.empty:
+        improvement_t.to_csv(out / "improvement_at_train_temperature.csv", index=False)
 
     figs: dict[str, Path | None] = {}
     fig_dir = out / "figures"
@@ -158,7 +162,7 @@ def build_report(
         graphs = report_state_graphs(loaded.runs, fig_dir)
 
     text = _render(results_dir, out, loaded, cells, iqm_df, tables, figs, which, confidence, n_boot, seed, figures,
-                   improvement, graphs)
+                   improvement, graphs, improvement_t)
     path = out / "report.md"
     path.write_text(text, encoding="utf-8")
     return ReportResult(path, loaded, cells, tables, figs)
@@ -284,6 +288,7 @@ def _render(
     figures: bool,
     improvement: pd.DataFrame | None = None,
     graphs: tuple[list, list] = ([], []),
+    improvement_t: pd.DataFrame | None = None,
 ) -> str:
     runs = loaded.runs
     n_runs = len(runs)
@@ -326,6 +331,17 @@ def _render(
         "",
         _improvement_section(improvement).rstrip("\n"),
         "",
+    ]
+    if improvement_t is not None and not improvement_t.empty:
+        md += [
+            "Played at the training temperature (`eval.at_train_temperature`: the same panel before RL and "
+            "after the last iteration, sampled at `train.temperature`; `eval.json` `at_train_temperature`), "
+            "same CI. File: `improvement_at_train_temperature.csv`.",
+            "",
+            _improvement_section(improvement_t).rstrip("\n"),
+            "",
+        ]
+    md += [
         "## Aggregate: IQM over runs × ALFWorld task types",
         "",
         "Interquartile mean of all (run, task type) success rates, following rliable "

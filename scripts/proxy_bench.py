@@ -13,10 +13,11 @@ What it does (issue "RL that measurably learns on a CPU"):
    mean improvement with a paired two-level bootstrap CI (:func:`results.stats.paired_improvement_ci`),
    plus the pass/fail of the targets: improvement >= 15 points with the CI above 0, wall time of
    the cold run <= 15 minutes;
-5. re-evaluates the warm start and every run on the same panel at the runs' *training*
-   temperature (``scripts/proxy_temperature.py``; into ``--out/temperature``) and reports that
-   improvement too: low-temperature evaluation can hide what RL learned (``--no-temperature-eval``
-   skips it).
+5. reports the improvement on the same panel at the runs' *training* temperature too
+   (low-temperature evaluation can hide what RL learned): from the runs' own records
+   (``eval.json`` ``at_train_temperature``, the CPU default writes them), or, for runs without
+   them, by re-evaluating the warm start and every run (``scripts/proxy_temperature.py``; into
+   ``--out/temperature``; ``--no-temperature-eval`` skips that).
 
 Only ``seed``, ``output_dir``, ``env.generated_dir`` and ``train.warm_start_cache`` are set (the
 last two point the caches at the benchmark's own folder, so the first run is cold); everything else
@@ -114,9 +115,40 @@ def summarize(out: Path) -> dict:
         })
         res["pass_improvement"] = bool(res["improvement_points"] >= TARGET_POINTS and lo > 0)
         res["pass_wall"] = bool(cold["wall_s"] is not None and cold["wall_s"] <= TARGET_WALL_S)
-    if (out / "temperature" / "evals").is_dir():
+    own = _own_train_temperature(out)
+    if own is not None:
+        res["at_train_temperature"] = own
+    elif (out / "temperature" / "evals").is_dir():
         res["at_train_temperature"] = proxy_temperature.summarize(out / "temperature")
     return res
+
+
+def _own_train_temperature(out: Path) -> dict | None:
+    """The runs' own evaluations at the training temperature (``eval.json`` ``at_train_temperature``,
+    written by ``eval.at_train_temperature``), in :func:`proxy_temperature.summarize`'s layout;
+    None unless every finished run has one with per-episode successes."""
+    before, after, seeds, temps = [], [], [], set()
+    for run in sorted((out / "runs").glob("seed*")):
+        if not (run / "eval.json").is_file():
+            continue
+        ev = json.loads((run / "eval.json").read_text())
+        rec = ev.get("at_train_temperature") or {}
+        if not ev.get("final") or ev["final"]["iteration"] == 0:
+            continue
+        if not (rec.get("before") or {}).get("episodes") or not (rec.get("final") or {}).get("episodes"):
+            return None
+        before.append([e[1] for e in sorted(rec["before"]["episodes"], key=lambda e: e[0])])
+        after.append([e[1] for e in sorted(rec["final"]["episodes"], key=lambda e: e[0])])
+        seeds.append(int(run.name.removeprefix("seed")))
+        temps.add(float(rec["temperature"]))
+    if not before or len(temps) != 1:
+        return None
+    b, a = np.array(before, float), np.array(after, float)
+    d, lo, hi = paired_improvement_ci(b, a, n_boot=10_000, seed=0)
+    return {"temperature": temps.pop(), "source": "runs' eval.json at_train_temperature", "methods": {"G2PO": {
+        "seeds": seeds, "episodes_per_seed": int(b.shape[1]), "before_pct": round(100 * b.mean(), 1),
+        "after_pct": round(100 * a.mean(), 1), "after_per_seed_pct": [round(100 * x, 1) for x in a.mean(axis=1)],
+        "improvement_points": round(100 * d, 1), "ci95_points": [round(100 * lo, 1), round(100 * hi, 1)]}}}
 
 
 def _runs_code(out: Path) -> list[str]:
@@ -141,6 +173,12 @@ def _pct(x, ci=None) -> str:
     return s + (f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci else "")
 
 
+def _source(rec: dict) -> str:
+    if rec.get("source"):
+        return "the runs' own evaluations, `eval.json` `at_train_temperature`"
+    return "`scripts/proxy_temperature.py`, files in `temperature/`"
+
+
 def render(res: dict) -> str:
     """The benchmark's figures as Markdown."""
     lines = ["| run | before RL (%) [95 % CI] | after RL (%) [95 % CI] | best (%) @ iteration | episodes | wall (s) |",
@@ -162,7 +200,7 @@ def render(res: dict) -> str:
     for method, r in (res.get("at_train_temperature") or {}).get("methods", {}).items():
         lo, hi = r["ci95_points"]
         lines += ["", f"At the training temperature ({res['at_train_temperature']['temperature']:.1f}), same panel "
-                  f"(`scripts/proxy_temperature.py`, files in `temperature/`): {method} before RL {r['before_pct']:.1f} %, "
+                  f"({_source(res['at_train_temperature'])}): {method} before RL {r['before_pct']:.1f} %, "
                   f"after RL {r['after_pct']:.1f} %, improvement **{r['improvement_points']:+.1f} points** "
                   f"(95 % paired CI [{lo:+.1f}, {hi:+.1f}], {len(r['seeds'])} seeds)."]
     code = res.get("code") or {}
@@ -205,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as ex:
             for seed, (rc, wall, log) in zip(rest, ex.map(lambda s: _train(s, out, args.overrides), rest)):
                 print(f"seed {seed}: exit {rc}, {wall:.0f} s wall; log {log}", flush=True)
-        if not args.no_temperature_eval:
+        if not args.no_temperature_eval and _own_train_temperature(out) is None:
             proxy_temperature.evaluate(out / "runs", out / "temperature", _train_temperature(out), args.parallel)
     res = summarize(out)
     if not res["runs"]:

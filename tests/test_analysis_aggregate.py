@@ -130,3 +130,39 @@ def test_aggregate_iqm_over_runs_and_tasks():
     assert r["iqm"] == pytest.approx(vals[2:6].mean())
     assert r["mean"] == pytest.approx(vals.mean())
     assert r["ci_low"] <= r["iqm"] <= r["ci_high"]
+
+
+def _eval_file(path, before, final, before_t=None, final_t=None):
+    import json
+
+    def ev(xs):
+        return {"success_rate": float(np.mean(xs)), "episodes": [[f"task{i}", x] for i, x in enumerate(xs)]}
+
+    rec = {"before": ev(before), "final": ev(final)}
+    if before_t is not None:
+        rec["at_train_temperature"] = {"temperature": 1.0, "before": ev(before_t), "final": ev(final_t)}
+    path.mkdir(parents=True)
+    (path / "eval.json").write_text(json.dumps(rec))
+    return {"env": "alfworld", "model_size": "tiny", "method_label": "G2PO", "path": str(path), "kind": "train",
+            "before.success_rate": float(np.mean(before)), "final.success_rate": float(np.mean(final))}
+
+
+def test_improvement_over_warm_start_at_the_panel_and_at_the_training_temperature(tmp_path):
+    from analysis.aggregate import improvement_over_warm_start
+
+    runs = pd.DataFrame([
+        _eval_file(tmp_path / "s0", [0, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 0], [1, 0, 1, 0]),
+        _eval_file(tmp_path / "s1", [1, 1, 0, 0], [1, 1, 0, 0], [0, 1, 0, 0], [1, 1, 0, 1]),
+    ])
+    panel = improvement_over_warm_start(runs, n_boot=200)
+    # panel: before (25 + 50) / 2 = 37.5 %, final (50 + 50) / 2 = 50 %, +12.5 points
+    assert panel.iloc[0][["before", "final", "improvement"]].tolist() == pytest.approx([37.5, 50.0, 12.5])
+    hot = improvement_over_warm_start(runs, n_boot=200, at_train_temperature=True)
+    # training temperature: before (25 + 25) / 2 = 25 %, final (50 + 75) / 2 = 62.5 %, +37.5 points
+    row = hot.iloc[0]
+    assert [row["before"], row["final"], row["improvement"]] == pytest.approx([25.0, 62.5, 37.5])
+    assert row["ci_kind"] == "episodes x seeds" and row["ci_low"] <= 37.5 <= row["ci_high"]
+    # a group with a run lacking the record is left out (no fallback to another temperature)
+    runs = pd.concat([runs, pd.DataFrame([_eval_file(tmp_path / "s2", [0, 0, 0, 0], [1, 1, 1, 1])])])
+    assert improvement_over_warm_start(runs, n_boot=200, at_train_temperature=True).empty
+    assert len(improvement_over_warm_start(runs, n_boot=200)) == 1

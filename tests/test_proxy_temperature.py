@@ -90,3 +90,34 @@ def test_proxy_bench_reports_the_training_temperature_improvement(tmp_path):
     text = proxy_bench.render(res)
     assert ("At the training temperature (1.0), same panel" in text and "G2PO before RL 8.1 %, after RL 15.0 %, "
             "improvement **+6.9 points** (95 % paired CI [+1.5, +12.0], 3 seeds)" in text)
+
+
+def test_proxy_bench_reads_the_runs_own_training_temperature_records(tmp_path):
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import proxy_bench
+    finally:
+        sys.path.pop(0)
+
+    def ev(xs, iteration):
+        return {"iteration": iteration, "success_rate": sum(xs) / len(xs),
+                "episodes": [[f"task{i}", x] for i, x in enumerate(xs)]}
+
+    for seed, (b, f) in enumerate([([0, 1, 0, 0], [1, 1, 0, 0]), ([0, 0, 0, 0], [1, 1, 1, 0])]):
+        run = tmp_path / "runs" / f"seed{seed}"
+        run.mkdir(parents=True)
+        (run / "eval.json").write_text(json.dumps({
+            "before": ev([0, 0, 0, 0], 0), "final": ev([0, 0, 0, 0], 16),
+            "at_train_temperature": {"temperature": 1.0, "before": ev(b, 0), "final": ev(f, 16)}}))
+    own = proxy_bench._own_train_temperature(tmp_path)
+    g = own["methods"]["G2PO"]
+    # before (25 + 0) / 2 = 12.5 %, after (50 + 75) / 2 = 62.5 %, +50 points
+    assert (own["temperature"], g["seeds"], g["before_pct"], g["after_pct"], g["improvement_points"]) == (
+        1.0, [0, 1], 12.5, 62.5, 50.0)
+    assert g["ci95_points"][0] <= 50.0 <= g["ci95_points"][1]
+    assert "the runs' own evaluations" in proxy_bench.render({"runs": [], "uptime": "up", "code": None,
+                                                             "at_train_temperature": own})
+    # a run without the record: None (the script then re-evaluates with proxy_temperature.py)
+    (tmp_path / "runs" / "seed2").mkdir()
+    (tmp_path / "runs" / "seed2" / "eval.json").write_text(json.dumps({"before": ev([0], 0), "final": ev([1], 16)}))
+    assert proxy_bench._own_train_temperature(tmp_path) is None
