@@ -491,6 +491,11 @@ def validate_config(cfg: RunConfig) -> None:
     need(0.0 <= t.sft_stall_prob < 1.0, "train.sft_stall_prob", "must be in [0, 1)")
     need(0.0 <= t.sft_recovery_prob <= 1.0, "train.sft_recovery_prob", "must be in [0, 1]")
     need(t.rl_tasks in RL_TASK_POOLS, "train.rl_tasks", f"choose one of {', '.join(RL_TASK_POOLS)}")
+    need(not (t.rl_tasks == "without_demos" and cfg.env.name == "alfworld" and cfg.env.data_dir is None
+              and cfg.env.generated_train_games <= t.sft_max_tasks), "train.rl_tasks",
+         f"without_demos leaves no training task: the warm start imitates all {cfg.env.generated_train_games} "
+         f"generated training games (train.sft_max_tasks={t.sft_max_tasks}); lower train.sft_max_tasks or raise "
+         "env.generated_train_games")
     need(t.checkpoint_every >= 1, "train.checkpoint_every", "must be >= 1")
     need(t.top_p == 1.0, "train.top_p",
          "must be 1 for training: the trainer rescores the full distribution; with top_p < 1 a token "

@@ -206,6 +206,10 @@ def test_demonstration_tasks_are_evenly_spread_and_rl_can_leave_them_out(tmp_pat
         rl_tasks(every, tasks)
     with pytest.raises(ValueError, match="train.rl_tasks"):
         _cfg(tmp_path, "train.rl_tasks=unseen")
+    # on the CPU default's generated games the empty pool is a config error, before any work
+    with pytest.raises(ValueError, match="without_demos leaves no training task"):
+        load_config(None, ["train.rl_tasks=without_demos"])
+    assert load_config(None, ["train.rl_tasks=without_demos", "train.sft_max_tasks=600"]).train.rl_tasks == "without_demos"
 
 
 def test_rl_without_demos_never_plays_a_demonstration_task(tmp_path):

@@ -175,6 +175,7 @@ class LocalTrainer:
         try:
             with self.progress.phase("loading tasks", key="tasks"):
                 train_tasks, panel = load_task_splits(cfg, self.bench)
+                rl_pool = self._rl_tasks(train_tasks)  # fails here, before any work, if it is empty
             self.log(f"run folder: {self.run.root}")
             self.log(f"tasks: {len(train_tasks)} training, evaluation panel of {len(panel)} x "
                      f"{cfg.eval.episodes_per_task} episode(s) ({cfg.env.eval_split})")
@@ -197,7 +198,7 @@ class LocalTrainer:
                     ev = self._evaluate(pool, panel, 0)
                     self.log(f"evaluation before RL: success {format_rate_ci(ev)}")
                     self._evaluate_at_train_temperature(pool, panel, 0, "before")
-                self._loop(pool, self._rl_tasks(train_tasks), panel)
+                self._loop(pool, rl_pool, panel)
         except ShutdownRequested:
             raise  # handled by stop_on_signal: not a failure
         except BaseException as exc:

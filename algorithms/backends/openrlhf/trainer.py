@@ -259,6 +259,7 @@ class OpenRLHFTrainer:
             "settings": settings.as_dict(), "allocation": dataclasses.asdict(alloc)})
         self.run.write_status("running", 0, total)
         train_tasks, panel = load_task_splits(cfg, self.bench)
+        rl_pool = rl_tasks(cfg, train_tasks)  # fails here, before any work, if it is empty
         try:
             # environment workers are forked before Ray starts threads in this process
             with EnvPool(cfg.env.name, cfg.env, cfg.env.num_workers) as pool:
@@ -274,7 +275,7 @@ class OpenRLHFTrainer:
                         ev = self._evaluate(pool, panel, 0)
                         self.log(f"evaluation before RL: success {ev['success_rate']:.1%} on "
                                  f"{ev['num_episodes']} episodes")
-                    self._loop(pool, rl_tasks(cfg, train_tasks), panel)
+                    self._loop(pool, rl_pool, panel)
         except BaseException as exc:
             self.run.write_status("failed", self.start_iteration - 1, total, error=f"{type(exc).__name__}: {exc}")
             raise
