@@ -154,7 +154,7 @@ class ModelConfig:
 class TrainConfig:
     """The training loop (ALGORITHMS.md "Training loop facts" give the reference values)."""
 
-    iterations: int = 16
+    iterations: int = 48
     groups_per_batch: int = 16  # tasks per batch (reference 16)
     group_size: int = 8  # rollouts per task (reference 8)
     temperature: float = 1.0
@@ -218,7 +218,7 @@ class TrainConfig:
 class EvalConfig:
     """Evaluation on a fixed task panel (held-out split) at temperature 0.4."""
 
-    every: int = 4  # evaluate every k iterations (and before and after training)
+    every: int = 12  # evaluate every k iterations (and before and after training)
     num_tasks: int = 0  # 0 = the whole split (the CPU default: its 120 generated held-out games)
     temperature: float = 0.4
     episodes_per_task: int = 1
