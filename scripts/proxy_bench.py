@@ -113,7 +113,7 @@ def summarize(out: Path) -> dict:
             "mean_final": 100 * float(np.mean([r["final"] for r in rows])),
             "cold_run": cold["run"], "cold_wall_s": cold["wall_s"], "cold_phases_s": cold["phases_s"],
         })
-        res["pass_improvement"] = bool(res["improvement_points"] >= TARGET_POINTS and lo > 0)
+        res["pass_improvement"] = _passes(res["improvement_points"], 100 * lo)
         res["pass_wall"] = bool(cold["wall_s"] is not None and cold["wall_s"] <= TARGET_WALL_S)
     own = _own_train_temperature(out)
     if own is not None:
@@ -121,6 +121,11 @@ def summarize(out: Path) -> dict:
     elif (out / "temperature" / "evals").is_dir():
         res["at_train_temperature"] = proxy_temperature.summarize(out / "temperature")
     return res
+
+
+def _passes(improvement_points: float, ci_low_points: float) -> bool:
+    """The issue's target: a mean improvement of at least ``TARGET_POINTS`` with the CI above 0."""
+    return bool(improvement_points >= TARGET_POINTS and ci_low_points > 0)
 
 
 def _own_train_temperature(out: Path) -> dict | None:
@@ -202,7 +207,8 @@ def render(res: dict) -> str:
         lines += ["", f"At the training temperature ({res['at_train_temperature']['temperature']:.1f}), same panel "
                   f"({_source(res['at_train_temperature'])}): {method} before RL {r['before_pct']:.1f} %, "
                   f"after RL {r['after_pct']:.1f} %, improvement **{r['improvement_points']:+.1f} points** "
-                  f"(95 % paired CI [{lo:+.1f}, {hi:+.1f}], {len(r['seeds'])} seeds)."]
+                  f"(95 % paired CI [{lo:+.1f}, {hi:+.1f}], {len(r['seeds'])} seeds; target >= {TARGET_POINTS:.0f} "
+                  f"with the CI above 0: {'PASS' if _passes(r['improvement_points'], lo) else 'FAIL'})."]
     code = res.get("code") or {}
     ran = res.get("runs_code")
     lines += ["", "The runs ran on commit " + (", ".join(f"`{c}`" for c in ran) if ran else

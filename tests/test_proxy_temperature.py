@@ -89,7 +89,14 @@ def test_proxy_bench_reports_the_training_temperature_improvement(tmp_path):
                "ci95_points": [1.5, 12.0]}}}}
     text = proxy_bench.render(res)
     assert ("At the training temperature (1.0), same panel" in text and "G2PO before RL 8.1 %, after RL 15.0 %, "
-            "improvement **+6.9 points** (95 % paired CI [+1.5, +12.0], 3 seeds)" in text)
+            "improvement **+6.9 points** (95 % paired CI [+1.5, +12.0], 3 seeds; target >= 15 with the CI above 0: "
+            "FAIL)" in text)
+    res["at_train_temperature"]["methods"]["G2PO"].update(improvement_points=22.5, ci95_points=[15.0, 30.0])
+    assert "+22.5 points** (95 % paired CI [+15.0, +30.0], 3 seeds; target >= 15 with the CI above 0: PASS)" in (
+        proxy_bench.render(res))
+    # the target needs both: >= 15 points and the CI's lower end above 0
+    assert [proxy_bench._passes(d, lo) for d, lo in ((15.0, 0.1), (14.9, 5.0), (20.0, 0.0), (20.0, -1.0))] == [
+        True, False, False, False]
 
 
 def test_proxy_bench_reads_the_runs_own_training_temperature_records(tmp_path):
