@@ -20,7 +20,9 @@ recording it, checkpoints what is complete, and only then calls Submitit's handl
 :meth:`SweepJob.checkpoint` (the same job again) and requeues it; the requeued job resumes from
 the checkpoint. ``scancel`` / ``g2po sweep cancel`` (SIGTERM; the local executor: SIGINT) stop
 the trainer the same way, with ``status.json`` ``interrupted``; a relaunch resumes. Environment
-workers ignore all of these and end with the trainer.
+workers ignore all of these and end with the trainer. A local job started from a background shell
+(``nohup g2po sweep launch ... &``) inherits SIGINT *ignored*, which would make the local cancel a
+no-op: the job restores Python's SIGINT handler first (:func:`accept_local_cancel`).
 
 Allocation passed to the trainer backend (exported on every node before the run starts;
 the OpenRLHF backend reads these to start Ray on the allocation):
@@ -49,10 +51,12 @@ import _thread
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -216,6 +220,27 @@ def _quiet_forked_children() -> None:
     install_fork_hook()
 
 
+def accept_local_cancel(cluster: str) -> bool:
+    """Make a local job cancellable: Submitit's local executor (and ``g2po sweep cancel``) stops a
+    job with SIGINT, but a job launched from a non-interactive background shell (``nohup g2po
+    sweep launch ... &``, ``setsid``) inherits SIGINT ignored, so the cancel would silently do
+    nothing. On the local executor, in the main thread, an ignored SIGINT gets Python's default
+    handler back (KeyboardInterrupt; the trainer's guard then turns it into a clean stop).
+
+    Args:
+        cluster: the executor (``local``, ``slurm``, ``debug``); only ``local`` is changed.
+
+    Returns:
+        True when the SIGINT handler was restored.
+    """
+    if cluster != "local" or threading.current_thread() is not threading.main_thread():
+        return False
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        return False
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    return True
+
+
 class SweepJob(submitit.helpers.Checkpointable):
     """The Submitit callable: trains ``tasks`` in order (see the module docstring).
 
@@ -232,6 +257,7 @@ class SweepJob(submitit.helpers.Checkpointable):
         if not self.tasks:
             return []
         first = self.tasks[0]
+        accept_local_cancel(first.cluster)
         _quiet_forked_children()
         cwd = os.getcwd()
         os.chdir(first.workdir)
