@@ -48,9 +48,15 @@ __all__ = [
     "append_jsonl",
     "read_jsonl",
     "code_version",
+    "RECORD_SUFFIXES",
 ]
 
 _REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+RECORD_SUFFIXES = frozenset({".md", ".csv", ".png", ".svg", ".html", ".json", ".jsonl", ".log", ".txt",
+                             ".parquet"})
+"""Suffixes of documentation and result records: changes to them do not make a checkout dirty."""
 
 
 def code_version(root: str | os.PathLike | None = None) -> dict[str, Any] | None:
@@ -60,8 +66,11 @@ def code_version(root: str | os.PathLike | None = None) -> dict[str, Any] | None
         root: the checkout (default: the folder holding this package).
 
     Returns:
-        ``{"commit": <40 hex>, "dirty": bool}`` (dirty: tracked files differ from the commit), or
-        None when ``root`` is not a git checkout or git is missing (an installed wheel).
+        ``{"commit": <40 hex>, "dirty": bool}`` (dirty: tracked files that can change what runs
+        differ from the commit; documentation and records, the suffixes in
+        :data:`RECORD_SUFFIXES`, do not count, so committing results while runs go on does not
+        mark them dirty), or None when ``root`` is not a git checkout or git is missing (an
+        installed wheel).
     """
     root = Path(root) if root is not None else _REPO_ROOT
 
@@ -71,7 +80,8 @@ def code_version(root: str | os.PathLike | None = None) -> dict[str, Any] | None
 
     try:
         commit = git("rev-parse", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+        changed = git("diff", "--name-only", "HEAD", "--").splitlines()
+        dirty = any(Path(f).suffix.lower() not in RECORD_SUFFIXES for f in changed if f.strip())
     except (OSError, subprocess.SubprocessError):
         return None
     return {"commit": commit, "dirty": dirty}

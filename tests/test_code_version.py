@@ -15,17 +15,25 @@ def test_a_checkout_gives_its_commit_and_dirty_flag(tmp_path):
     repo.mkdir()
     run = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True)  # noqa: E731
     run("init", "-q")
-    (repo / "f.txt").write_text("one\n")
-    run("add", "f.txt")
+    (repo / "f.py").write_text("one = 1\n")
+    (repo / "README.md").write_text("one\n")
+    (repo / "eval.json").write_text("{}\n")
+    run("add", "f.py", "README.md", "eval.json")
     run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
     head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     assert code_version(repo) == {"commit": head, "dirty": False}
     assert re.fullmatch(r"[0-9a-f]{40}", head)
-    (repo / "f.txt").write_text("two\n")
+    (repo / "f.py").write_text("two = 2\n")
     assert code_version(repo) == {"commit": head, "dirty": True}
-    (repo / "untracked.txt").write_text("x")  # untracked files do not make it dirty
-    run("checkout", "-q", "f.txt")
+    run("add", "f.py")  # staged but not committed: still dirty
+    assert code_version(repo) == {"commit": head, "dirty": True}
+    (repo / "untracked.py").write_text("x")  # untracked files do not make it dirty
+    run("reset", "-q", "f.py")
+    run("checkout", "-q", "f.py")
     assert code_version(repo)["dirty"] is False
+    (repo / "README.md").write_text("two\n")  # documentation and records are not code
+    (repo / "eval.json").write_text('{"success": 1}\n')
+    assert code_version(repo) == {"commit": head, "dirty": False}
 
 
 def test_a_folder_outside_git_gives_none(tmp_path):
