@@ -54,10 +54,12 @@ def _resolve_run(run: str) -> Path:
     p = Path(run)
     if p.is_dir():
         return p
+    if p.is_absolute():
+        raise FileNotFoundError(f"run folder {run!r} does not exist")
     alt = Path("results/runs") / run
     if alt.is_dir():
         return alt
-    raise FileNotFoundError(f"run folder {run!r} does not exist (nor results/runs/{run})")
+    raise FileNotFoundError(f"run folder {run!r} does not exist (nor {alt})")
 
 
 def draw_group(run_root: str | os.PathLike, *, iteration: int = -1, group: int | None = None,

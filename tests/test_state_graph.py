@@ -202,7 +202,8 @@ def test_graph_command_writes_png_and_html(recorded, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["graph", "/no/such/run"], "does not exist"),
+    (["graph", "/no/such/run"], "run folder '/no/such/run' does not exist"),
+    (["graph", "no_such_run"], "run folder 'no_such_run' does not exist (nor results/runs/no_such_run)"),
     (["graph", "{root}", "--iteration", "7"], "recorded iterations: 3"),
     (["graph", "{root}", "--group", "9"], "no task group 9"),
     (["graph", "{root}", "--compare", "ppo"], "critic values"),
@@ -213,6 +214,7 @@ def test_graph_command_errors_are_one_line_exit_2(recorded, capsys, argv, messag
     assert cli_main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+    assert "//" not in err  # an absolute path is not appended to results/runs/
 
 
 def test_step_table_errors(tmp_path):
