@@ -222,8 +222,8 @@ class EvalConfig:
     num_tasks: int = 0  # 0 = the whole split (the CPU default: its 120 generated held-out games)
     temperature: float = 0.4
     episodes_per_task: int = 1
-    # also evaluate the panel at train.temperature, before RL and after the last iteration (local
-    # backend; eval.json "at_train_temperature"): decoding at 0.4 can hide what RL learned
+    # also evaluate the panel at train.temperature, before RL and after the last iteration (both
+    # backends; eval.json "at_train_temperature"): decoding at 0.4 can hide what RL learned
     # (results/proxy/README.md); the GPU presets turn it off
     at_train_temperature: bool = True
 

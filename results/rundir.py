@@ -12,8 +12,8 @@ Layout of ``results/runs/<run_id>/`` (DESIGN.md "results/"):
   reward x 100, else null), "mean_steps", "invalid_frac", "truncated_prompts" (steps whose
   prompt was cut to ``train.max_prompt_tokens``), "truncated_responses" (fraction of steps
   whose response was cut at ``train.max_response_tokens``)}``. ``before`` is the evaluation at
-  iteration 0 (after any warm start, before RL). With ``eval.at_train_temperature`` (local
-  backend) also ``"at_train_temperature": {"temperature", "before": EVAL, "final": EVAL}``: the
+  iteration 0 (after any warm start, before RL). With ``eval.at_train_temperature`` (both
+  backends) also ``"at_train_temperature": {"temperature", "before": EVAL, "final": EVAL}``: the
   same panel sampled at ``train.temperature``.
 - ``status.json``: ``{"state": "running"|"done"|"failed"|"interrupted", "iteration",
   "total_iterations", "error", "updated", "code"}`` (``code``: :func:`code_version` of the

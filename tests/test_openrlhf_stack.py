@@ -504,6 +504,11 @@ def test_g2po_train_backend_openrlhf_dry_run_on_cpu_and_resume(orl, tmp_path):
     assert recs[-1]["eval/truncated_prompts"] > 0 and 0.0 <= recs[-1]["eval/truncated_responses"] <= 1.0
     ev = json.loads((run / "eval.json").read_text())
     assert ev["before"]["iteration"] == 0 and ev["final"]["iteration"] == 2
+    # eval.at_train_temperature (on by default), as on the local backend: the panel at the training
+    # temperature before RL and after the last iteration
+    at_t = ev["at_train_temperature"]
+    assert at_t["temperature"] == 1.0 and at_t["before"]["iteration"] == 0 and at_t["final"]["iteration"] == 2
+    assert at_t["final"]["num_episodes"] == ev["final"]["num_episodes"]
     state = json.loads((run / "checkpoints" / "latest" / "trainer_state.json").read_text())
     assert state["iteration"] == 2 and state["backend"] == "openrlhf"
     assert (run / "checkpoints" / "latest" / "policy" / "config.json").exists()
@@ -512,3 +517,5 @@ def test_g2po_train_backend_openrlhf_dry_run_on_cpu_and_resume(orl, tmp_path):
     recs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in recs] == [1, 2, 3]
     assert json.loads((run / "status.json").read_text())["iteration"] == 3
+    at_t = json.loads((run / "eval.json").read_text())["at_train_temperature"]
+    assert at_t["before"]["iteration"] == 0 and at_t["final"]["iteration"] == 3  # "before" kept across the resume

@@ -71,6 +71,10 @@ def test_held_out_success_is_also_measured_at_the_training_temperature(tmp_path)
     for a, b in zip(read_jsonl(on.metrics_path), read_jsonl(off.metrics_path)):
         for key in ("train/success_rate", "train/steps", "loss/pg_loss", "loss/kl"):
             assert a[key] == b[key], key
+    # resumed with more iterations: "before" is kept, "final" is played again at the new last iteration
+    more = run_train(_cfg(tmp_path / "on", "train.temperature=0.9", "train.iterations=3", "resume=true"))
+    at_t3 = json.loads(more.eval_path.read_text())["at_train_temperature"]
+    assert at_t3["before"] == at_t["before"] and at_t3["final"]["iteration"] == 3
 
 
 def test_resume_continues_from_the_checkpoint(tmp_path):

@@ -19,6 +19,7 @@ numpy and the benchmark harness only: importable without torch or OpenRLHF.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from typing import Any
@@ -29,7 +30,8 @@ from algorithms.registry import AdvantageResult, estimate, estimator_spec
 from benchmarks.evaluation import evaluate, select_panel
 from benchmarks.rollout import RolloutBatch, collect_rollouts, success_by_task_type
 
-__all__ = ["needs_critic", "estimator_options", "step_advantages", "eval_summary", "load_task_splits",
+__all__ = ["needs_critic", "estimator_options", "step_advantages", "eval_summary", "eval_record",
+           "at_train_temperature", "train_temperature_eval_due", "load_task_splits",
            "training_rollouts", "evaluate_panel", "record_evaluation", "rollout_metrics", "eval_metrics",
            "step_table_columns", "record_step_table", "ACTION_CHARS", "TruncationWarnings",
            "PromptTruncationWarning"]
@@ -86,6 +88,31 @@ def eval_summary(cfg, history: list[dict[str, Any]]) -> dict[str, Any]:
         "final": history[-1],
         "best": best,
     }
+
+
+def at_train_temperature(cfg):
+    """``cfg`` with ``eval.temperature`` set to ``train.temperature``: the evaluation that
+    ``eval.at_train_temperature`` adds before RL and after the last iteration (same panel, same
+    evaluation seed). Decoding at the reference 0.4 can hide what RL changed in the sampled
+    policy (results/proxy/README.md)."""
+    return dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, temperature=cfg.train.temperature))
+
+
+def train_temperature_eval_due(cfg, evals: dict[str, dict[str, Any]], which: str, iteration: int) -> bool:
+    """Whether ``eval.at_train_temperature`` still has to play ``which`` ("before" or "final") at
+    ``iteration``: on, and no record of that iteration yet (a resumed run does not replay it; a
+    run resumed with more iterations replays "final" at its new last iteration)."""
+    return bool(cfg.eval.at_train_temperature) and (evals.get(which) or {}).get("iteration") != iteration
+
+
+def eval_record(cfg, history: list[dict[str, Any]], train_temperature_evals: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``eval.json``: :func:`eval_summary` of ``history`` plus, when any were played,
+    ``at_train_temperature`` = ``{"temperature": train.temperature, "before": EVAL, "final": EVAL}``
+    (``train_temperature_evals`` keyed "before"/"final"). Both backends write this record."""
+    rec = eval_summary(cfg, history)
+    if train_temperature_evals:
+        rec["at_train_temperature"] = {"temperature": cfg.train.temperature, **train_temperature_evals}
+    return rec
 
 
 def load_task_splits(cfg, bench) -> tuple[list, list]:

@@ -38,7 +38,6 @@ is not yet, ``status.json`` says ``interrupted`` and the process exits with ``12
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import os
 import random
@@ -53,8 +52,9 @@ import torch
 from algorithms import losses
 from algorithms.backends.common import (
     TruncationWarnings,
+    at_train_temperature,
     eval_metrics,
-    eval_summary,
+    eval_record,
     evaluate_panel,
     load_task_splits,
     needs_critic,
@@ -63,6 +63,7 @@ from algorithms.backends.common import (
     rl_tasks,
     rollout_metrics,
     step_advantages,
+    train_temperature_eval_due,
     training_rollouts,
 )
 from algorithms.backends.local.memory import enable_checkpointing, peak_memory_gb, reset_peak_memory
@@ -205,7 +206,8 @@ class LocalTrainer:
             self.run.write_status("failed", self.start_iteration - 1, total, error=f"{type(exc).__name__}: {exc}")
             raise
         self.run.write_status("done", total, total)
-        summary = self._eval_record() if self.eval_history else None
+        summary = (eval_record(self.cfg, self.eval_history, self.train_temperature_evals)
+                   if self.eval_history else None)
         for line in self.progress.summary_lines(summary):
             self.log(line)
         atomic_write_json(self.run.root / "timing.json", {"seconds": self.progress.seconds})
@@ -464,25 +466,17 @@ class LocalTrainer:
         """``eval.at_train_temperature``: the panel at ``train.temperature`` (same evaluation seed),
         recorded as ``eval.json`` ``at_train_temperature[which]`` ("before" or "final")."""
         cfg = self.cfg
-        if not cfg.eval.at_train_temperature or which in self.train_temperature_evals:
+        if not train_temperature_eval_due(cfg, self.train_temperature_evals, which, iteration):
             return
         t = cfg.train.temperature
-        at_t = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, temperature=t))
-        ev = self._play_panel(at_t, pool, panel, iteration,
+        ev = self._play_panel(at_train_temperature(cfg), pool, panel, iteration,
                               f"evaluation at the training temperature {t:g}, iteration {iteration}")
         self.train_temperature_evals[which] = ev
         self._write_eval()
         self.log(f"held-out success at the training temperature {t:g} ({which}): {format_rate_ci(ev)}")
 
-    def _eval_record(self) -> dict[str, Any]:
-        """``eval.json``: :func:`eval_summary` plus ``at_train_temperature`` when evaluated."""
-        rec = eval_summary(self.cfg, self.eval_history)
-        if self.train_temperature_evals:
-            rec["at_train_temperature"] = {"temperature": self.cfg.train.temperature, **self.train_temperature_evals}
-        return rec
-
     def _write_eval(self) -> None:
-        atomic_write_json(self.run.eval_path, self._eval_record())
+        atomic_write_json(self.run.eval_path, eval_record(self.cfg, self.eval_history, self.train_temperature_evals))
 
     # ------------------------------------------------------------------ checkpoints
     def _save_checkpoint(self, it: int) -> None:

@@ -46,13 +46,15 @@ from openrlhf.trainer.ppo_trainer import BasePPOTrainer
 
 from algorithms.backends.common import (
     TruncationWarnings,
+    at_train_temperature,
     eval_metrics,
-    eval_summary,
+    eval_record,
     evaluate_panel,
     load_task_splits,
     record_evaluation,
     rl_tasks,
     rollout_metrics,
+    train_temperature_eval_due,
     training_rollouts,
 )
 from algorithms.backends.openrlhf.advantages import needs_critic, step_advantages
@@ -232,6 +234,8 @@ class OpenRLHFTrainer:
         self.ckpt_root = self.run.root / "checkpoints" / "openrlhf"
         self.bench = get_benchmark(cfg.env.name)
         self.eval_history: list[dict[str, Any]] = []
+        # eval.at_train_temperature: {"before": EVAL, "final": EVAL} at train.temperature
+        self.train_temperature_evals: dict[str, dict[str, Any]] = {}
         self.start_iteration = 1
         self.global_step = 0
         self.metrics_t0 = time.time()
@@ -275,6 +279,7 @@ class OpenRLHFTrainer:
                         ev = self._evaluate(pool, panel, 0)
                         self.log(f"evaluation before RL: success {ev['success_rate']:.1%} on "
                                  f"{ev['num_episodes']} episodes")
+                        self._evaluate_at_train_temperature(pool, panel, 0, "before")
                     self._loop(pool, rl_pool, panel)
         except BaseException as exc:
             self.run.write_status("failed", self.start_iteration - 1, total, error=f"{type(exc).__name__}: {exc}")
@@ -345,6 +350,8 @@ class OpenRLHFTrainer:
             rec = self._iteration(pool, train_tasks, it)
             if cfg.eval.every and it % cfg.eval.every == 0 or it == total:
                 rec.update(eval_metrics(self._evaluate(pool, panel, it)))
+            if it == total:
+                self._evaluate_at_train_temperature(pool, panel, it, "final")
             rec["time_s"] = time.time() - self.metrics_t0
             self.run.log_metrics(rec)
             if it % cfg.train.checkpoint_every == 0 or it == total:
@@ -388,8 +395,21 @@ class OpenRLHFTrainer:
         self._write_eval()
         return ev
 
+    def _evaluate_at_train_temperature(self, pool: EnvPool, panel, iteration: int, which: str) -> None:
+        """``eval.at_train_temperature``: the panel at ``train.temperature`` (same evaluation seed),
+        recorded as ``eval.json`` ``at_train_temperature[which]`` ("before" or "final"), as the
+        local backend does."""
+        if not train_temperature_eval_due(self.cfg, self.train_temperature_evals, which, iteration):
+            return
+        with self._awake():
+            ev = evaluate_panel(at_train_temperature(self.cfg), self.policy, pool, self.bench, panel, iteration)
+        self.train_temperature_evals[which] = ev
+        self._write_eval()
+        self.log(f"held-out success at the training temperature {self.cfg.train.temperature:g} ({which}): "
+                 f"{ev['success_rate']:.1%} on {ev['num_episodes']} episodes")
+
     def _write_eval(self) -> None:
-        atomic_write_json(self.run.eval_path, eval_summary(self.cfg, self.eval_history))
+        atomic_write_json(self.run.eval_path, eval_record(self.cfg, self.eval_history, self.train_temperature_evals))
 
     # ------------------------------------------------------------------ checkpoints
     def _save_checkpoint(self, it: int) -> None:
@@ -398,7 +418,7 @@ class OpenRLHFTrainer:
         (the HF export, for ``g2po eval`` and the sweeps launcher) replaced atomically."""
         tag = f"iter{it}"
         state = {"g2po_iteration": it, "global_step": self.global_step, "eval_history": self.eval_history,
-                 "elapsed_s": time.time() - self.metrics_t0}
+                 "train_temperature_evals": self.train_temperature_evals, "elapsed_s": time.time() - self.metrics_t0}
         refs = self.stack.actor.async_run_method("save_checkpoint", tag=tag, client_states=state)
         if self.stack.critic is not None:
             refs.extend(self.stack.critic.async_run_method("save_checkpoint", tag=tag))
@@ -414,7 +434,8 @@ class OpenRLHFTrainer:
             if marker.exists():
                 shutil.copy(marker, staging / "policy" / "g2po_tiny.json")
         (staging / "trainer_state.json").write_text(json.dumps({
-            "iteration": it, "eval_history": self.eval_history, "elapsed_s": state["elapsed_s"],
+            "iteration": it, "eval_history": self.eval_history,
+            "train_temperature_evals": self.train_temperature_evals, "elapsed_s": state["elapsed_s"],
             "backend": "openrlhf", "deepspeed_checkpoint": str(self.ckpt_root), "tag": tag}))
         self.run.replace_dir(staging, self.run.checkpoint_dir)
         for old in self.ckpt_root.glob("iter*_hf"):
@@ -431,6 +452,7 @@ class OpenRLHFTrainer:
         self.start_iteration = it + 1
         self.global_step = int(state.get("global_step", it))
         self.eval_history = list(state.get("eval_history", []))
+        self.train_temperature_evals = dict(state.get("train_temperature_evals", {}))
         self.metrics_t0 = time.time() - float(state.get("elapsed_s", 0.0))
         self.run.truncate_metrics(it)
         if self.eval_history:
