@@ -20,8 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 JOB = """
 import sys, time
 from sweeps.job import accept_local_cancel
-print("restored" if accept_local_cancel(sys.argv[1]) else "kept", flush=True)
-try:
+restored = accept_local_cancel(sys.argv[1])
+try:  # the line is printed inside the try: the parent's SIGINT may follow it at once
+    print("restored" if restored else "kept", flush=True)
     time.sleep(float(sys.argv[2]))
 except KeyboardInterrupt:
     print("cancelled", flush=True)
