@@ -14,15 +14,18 @@ from pathlib import Path
 from g2po.config import ConfigError, RunConfig, config_to_yaml
 from results.rundir import RunDir, atomic_write_json, atomic_write_text, code_version
 
-__all__ = ["run_train", "run_eval", "check_run_for_eval", "eval_output_dir"]
+__all__ = ["run_train", "run_eval", "check_fresh_run_folder", "check_run_for_eval", "eval_output_dir"]
 
 
 def run_train(cfg: RunConfig, console=None) -> RunDir:
     """Train ``cfg`` with its backend; returns the run folder (``<output_dir>/<run_id>``).
 
     Raises:
+        ConfigError: a fresh start (``resume=false``) in a folder that already holds a finished
+            or checkpointed run (:func:`check_fresh_run_folder`); nothing is touched.
         ValueError/RuntimeError from the backend; the run's ``status.json`` says ``failed``.
     """
+    check_fresh_run_folder(cfg)
     if cfg.backend == "local":
         from algorithms.backends.local.trainer import train
 
@@ -37,6 +40,44 @@ def run_train(cfg: RunConfig, console=None) -> RunDir:
             ) from None
         return orl_train(cfg, console=console)
     raise ValueError(f"unknown backend {cfg.backend!r}")
+
+
+def check_fresh_run_folder(cfg: RunConfig) -> None:
+    """Refuse to start ``cfg`` afresh over a run that holds results.
+
+    The run folder is ``<output_dir>/<run_id>``, and the default run id is a hash of the config,
+    so running the same command twice names the same folder. A fresh start (``resume=false``)
+    there would empty ``metrics.jsonl`` and ``eval.json`` of a finished run and mix its step
+    tables with the new ones. When the folder holds a finished run (``status.json`` ``done``)
+    or a checkpoint, this raises before any work starts; a folder with neither (a run that
+    failed or was stopped before its first checkpoint) is started over as before.
+
+    Raises:
+        ConfigError: the message names the folder, what it holds, and the three ways on:
+            ``resume=true`` (continue it; with a larger ``train.iterations`` to extend it),
+            ``run_id=NAME`` (a separate run) or deleting the folder.
+    """
+    if cfg.resume:
+        return
+    from g2po.config import resolve_run_id
+
+    root = Path(cfg.output_dir) / resolve_run_id(cfg)
+    try:
+        status = json.loads((root / "status.json").read_text())
+    except (OSError, ValueError):
+        status = {}
+    ckpt = root / "checkpoints" / "latest"
+    has_ckpt = (ckpt / "trainer_state.json").exists() or ckpt.with_name("latest.old").exists()
+    if status.get("state") != "done" and not has_ckpt:
+        return
+    what = (f"a finished run ({status.get('iteration')} of {status.get('total_iterations')} iterations)"
+            if status.get("state") == "done" else
+            f"a run stopped at iteration {status.get('iteration', '?')} ({status.get('state', 'unknown state')}) "
+            "with a checkpoint")
+    raise ConfigError(
+        f"run folder {root} already holds {what}; starting it afresh would overwrite its results. "
+        "Pass resume=true to continue it (with a larger train.iterations to extend it), run_id=NAME for a "
+        "separate run, or delete the folder to start over")
 
 
 def check_run_for_eval(run_dir: str | Path) -> tuple[Path, Path]:

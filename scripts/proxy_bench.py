@@ -227,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parallel", type=int, default=2, help="seeds after the first run at a time (default 2)")
     ap.add_argument("--out", default=str(ROOT / "results" / "proxy" / "bench"))
     ap.add_argument("--summarize", metavar="DIR", help="only summarise the finished runs of an earlier --out")
-    ap.add_argument("--keep", action="store_true", help="do not empty --out first (caches stay warm)")
+    ap.add_argument("--keep", action="store_true",
+                    help="empty only --out/runs first: the game and warm-start caches stay warm")
     ap.add_argument("--no-temperature-eval", action="store_true",
                     help="skip step 5 (the evaluations at the training temperature)")
     ap.add_argument("overrides", nargs="*", metavar="key=value")
@@ -238,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out)
         if out.exists() and not args.keep:
             shutil.rmtree(out)
+        elif args.keep:  # the caches stay; the runs start afresh (g2po train refuses to overwrite a finished run)
+            shutil.rmtree(out / "runs", ignore_errors=True)
         out.mkdir(parents=True, exist_ok=True)
         print(f"load before: {_uptime()}", flush=True)
         first, rest = args.seeds[0], args.seeds[1:]

@@ -165,3 +165,60 @@ def test_seen_eval_games_are_new_games_on_training_floor_plans(tmp_path):
     assert {_floor_plan(Path(t.payload)) for t in evals} <= train_pool
     train_problems = {json.loads(Path(t.payload).read_text())["pddl_problem"] for t in train}
     assert all(json.loads(Path(t.payload).read_text())["pddl_problem"] not in train_problems for t in evals)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_stop_request_ends_generation_between_games(tmp_path, workers):
+    """Under a trainer's signal guard, a stop request (SIGTERM here) ends generation after the
+    game (or small chunk) in flight, with ShutdownRequested, not after all the games."""
+    import os
+    import signal
+
+    from benchmarks.shutdown import GracefulShutdown, ShutdownRequested
+
+    with GracefulShutdown(log=lambda m: None):
+        os.kill(os.getpid(), signal.SIGTERM)  # recorded by the guard: a stop request
+        with pytest.raises(ShutdownRequested):
+            generate_games(tmp_path, "train", 100, seed=0, max_receptacles=2, workers=workers)
+    written = len(list(tmp_path.rglob("game.tw-pddl")))
+    # in-process: the one game in flight; workers: the chunks of 4 games already handed to them
+    assert 1 <= written <= (1 if workers == 1 else 4 * (2 * workers + 2)), written
+
+
+JOB = r"""
+import sys
+from benchmarks.alfworld.generate import generate_games
+from benchmarks.shutdown import GracefulShutdown, ShutdownRequested
+with GracefulShutdown(log=lambda m: None):
+    try:
+        generate_games(sys.argv[1], "train", 400, seed=0, max_receptacles=2, workers=2, progress=True)
+    except ShutdownRequested as exc:
+        print(f"stopped by signal {exc.signum}", flush=True)
+        sys.exit(0)
+print("generated everything", flush=True)
+"""
+
+
+def test_the_jobs_signal_to_the_whole_process_group_is_a_stop_not_a_crash(tmp_path):
+    """`timeout`, a terminal's Ctrl-C and Slurm signal every process of the job, generation workers
+    included: the trainer sees a stop request (status "interrupted"), not a BrokenProcessPool or
+    KeyboardInterrupt traceback (status "failed")."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parents[1]
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        out = tmp_path / sig.name
+        proc = subprocess.Popen([sys.executable, "-c", JOB, str(out)], cwd=root, text=True, start_new_session=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.time() + 120
+        while time.time() < deadline and len(list(out.rglob("game.tw-pddl"))) < 4:
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()
+        os.killpg(proc.pid, sig)  # the parent and its workers, as `timeout` and Ctrl-C do
+        stdout, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 0 and stdout.strip() == f"stopped by signal {int(sig)}", (sig, stdout, stderr[-3000:])
+        assert "BrokenProcessPool" not in stderr and "Traceback" not in stderr, stderr[-3000:]

@@ -1,6 +1,7 @@
 """The local trainer end to end on the toy environment (fast), plus resume from a checkpoint."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -153,3 +154,24 @@ def test_a_log_file_gets_one_readable_line_per_phase_and_iteration(tmp_path):
     summary = [line for line in lines if line.startswith("time: ")]
     assert len(summary) == 1 and "RL iterations" in summary[0]
     assert all(len(line) < 400 for line in lines) and not any("\x1b[" in line for line in lines)
+
+
+def test_a_fresh_start_refuses_to_overwrite_a_finished_run(tmp_path):
+    """The default run id is a hash of the config, so the same command names the same folder:
+    running it again (resume=false) must not empty the finished run's records; it fails before
+    any work, naming resume=true / run_id / deleting the folder. A folder without a finished run
+    or checkpoint (stopped before its first checkpoint) is started over."""
+    from g2po.config import ConfigError
+
+    cfg = _cfg(tmp_path, "eval.every=0")
+    run = run_train(cfg)
+    before = {p: p.read_bytes() for p in (run.metrics_path, run.eval_path, run.status_path)}
+    with pytest.raises(ConfigError, match=r"already holds a finished run \(2 of 2 iterations\).*resume=true.*run_id="):
+        run_train(cfg)
+    assert {p: p.read_bytes() for p in before} == before  # nothing touched
+    # a run that never reached a checkpoint is started over
+    shutil.rmtree(run.root / "checkpoints")
+    run.write_status("interrupted", 0, 2)
+    again = run_train(cfg)
+    assert json.loads(again.status_path.read_text())["state"] == "done"
+    assert [m["iteration"] for m in read_jsonl(again.metrics_path)] == [1, 2]

@@ -69,6 +69,7 @@ import shutil
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from functools import lru_cache
 from multiprocessing import get_all_start_methods, get_context
@@ -82,6 +83,7 @@ from benchmarks.alfworld.engine import (
     wheel_logic_paths,
 )
 from benchmarks.alfworld.games import DATA_FOLDER, GAME_FILE, TASK_TYPES, TRAJ_FILE
+from benchmarks.shutdown import check_stop
 
 __all__ = [
     "GENERATOR_VERSION",
@@ -618,16 +620,29 @@ def generate_games(
     results: list[tuple[int, str, float, int, float]] = []
     bar = _progress(len(jobs), f"generating ALFWorld {split}", progress)
     t0 = time.perf_counter()
+    # a stop request (benchmarks.shutdown: a trainer's SIGINT/SIGTERM) ends generation between
+    # games; the caller's staging folder is removed and the run says "interrupted"
     if n_workers == 1:
         for job in jobs:
             results.append(_generate_one(job))
             bar.update(1)
+            check_stop()
     else:
         _warm_up(scenes)  # forked workers inherit the parsed assets and grammar caches
-        with ProcessPoolExecutor(max_workers=n_workers, mp_context=_mp_context()) as ex:
-            for res in ex.map(_generate_one, jobs, chunksize=max(1, len(jobs) // (4 * n_workers))):
+        ex = ProcessPoolExecutor(max_workers=n_workers, mp_context=_mp_context())
+        try:
+            # small chunks: a stop waits only for the few chunks already handed to the workers
+            for res in ex.map(_generate_one, jobs, chunksize=max(1, min(4, len(jobs) // (4 * n_workers)))):
                 results.append(res)
                 bar.update(1)
+                check_stop()
+        except (BrokenProcessPool, KeyboardInterrupt):
+            # the job's signal reached the workers too (a terminal's Ctrl-C, `timeout`, Slurm
+            # signal the whole process group): a stop request, not a generation failure
+            check_stop()
+            raise
+        finally:
+            ex.shutdown(wait=True, cancel_futures=True)
     bar.close()
     wall = time.perf_counter() - t0
     results.sort()
@@ -694,11 +709,20 @@ class _NoBar:
 
 
 class _LineBar(_NoBar):
-    """Progress without a terminal (a log file): one line when generation starts, one when it ends."""
+    """Progress without a terminal (a log file): one line when generation starts, then one every
+    ``every_s`` seconds (games done, elapsed time), and one when it ends."""
 
-    def __init__(self, total: int, desc: str):
-        self.total, self.desc, self.t0 = total, desc, time.time()
+    def __init__(self, total: int, desc: str, every_s: float = 30.0):
+        self.total, self.desc, self.t0, self.every_s = total, desc, time.time(), every_s
+        self.done, self.last = 0, self.t0
         print(f"{desc}: {total} games ...", file=sys.stderr, flush=True)
+
+    def update(self, n: int) -> None:
+        self.done += n
+        now = time.time()
+        if now - self.last >= self.every_s and self.done < self.total:
+            self.last = now
+            print(f"{self.desc}: {self.done}/{self.total} games, {now - self.t0:.0f} s", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         print(f"{self.desc}: {self.total} games in {time.time() - self.t0:.0f} s", file=sys.stderr, flush=True)

@@ -177,6 +177,7 @@ class LocalTrainer:
             with self.progress.phase("loading tasks", key="tasks"):
                 train_tasks, panel = load_task_splits(cfg, self.bench)
                 rl_pool = self._rl_tasks(train_tasks)  # fails here, before any work, if it is empty
+            # printed once the tasks are loaded: a data or config error stays a one-line message
             self.log(f"run folder: {self.run.root}")
             self.log(f"tasks: {len(train_tasks)} training, evaluation panel of {len(panel)} x "
                      f"{cfg.eval.episodes_per_task} episode(s) ({cfg.env.eval_split})")
@@ -372,8 +373,9 @@ class LocalTrainer:
         else:
             self.run.truncate_metrics(0)
             where = "no checkpoint yet: resume=true starts the run again"
-        msg = (f"interrupted by {name} during iteration {in_flight} of {total}, which was not recorded; "
-               f"{where}")
+        when = (f"during iteration {in_flight} of {total}, which was not recorded" if self._clean is not None
+                else "before RL started (loading tasks, warm start or the evaluation before RL)")
+        msg = f"interrupted by {name} {when}; {where}"
         self.run.write_status("interrupted", done or 0, total, error=msg)
         self.log(msg)
         return msg
