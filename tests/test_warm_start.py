@@ -227,3 +227,38 @@ def test_rl_without_demos_never_plays_a_demonstration_task(tmp_path):
     for f in sorted((run.root / "steps").glob("iter_*.parquet")):
         played |= set(pd.read_parquet(f).task_id)
     assert played and not played & demo_ids
+
+
+def test_a_stop_request_during_sft_ends_the_run_cleanly_without_caching_a_half_warm_start(tmp_path, monkeypatch):
+    """SIGTERM while the warm start trains: SFT stops at the next batch, nothing enters the cache
+    (the staging folder is removed) and the run says "interrupted" before RL started."""
+    import os
+    import signal
+
+    import pytest
+
+    from algorithms.backends.local import sft
+
+    real = sft.supervised_finetune
+    calls = []
+
+    def finetune_then_signal(*args, progress=None, **kwargs):
+        def on_batch(done, total, loss):
+            calls.append(done)
+            if done == 1:
+                os.kill(os.getpid(), signal.SIGTERM)  # the trainer's guard records a stop request
+            progress(done, total, loss)
+
+        return real(*args, progress=on_batch, **kwargs)
+
+    monkeypatch.setattr(sft, "supervised_finetune", finetune_then_signal)
+    cfg = _cfg(tmp_path, "train.sft_epochs=4")
+    with pytest.raises(SystemExit) as stopped:
+        run_train(cfg)
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert calls == [1]  # stopped at the first batch, not after 4 epochs
+    assert not (tmp_path / "ws" / warm_start_key(cfg)).exists()
+    assert not [p for p in (tmp_path / "ws").iterdir() if p.is_dir()]  # no staging folder left
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "interrupted" and "before RL started" in status["error"], status

@@ -165,6 +165,7 @@ def _build(cfg, pool, bench, train_tasks, out: Path, progress) -> dict[str, Any]
     from algorithms.backends.local.policy import LocalPolicy
     from algorithms.backends.local.sft import supervised_finetune
     from benchmarks.demos import collect_demonstrations
+    from benchmarks.shutdown import check_stop
 
     log = progress.log
     stats: dict[str, Any] = {}
@@ -209,7 +210,8 @@ def _build(cfg, pool, bench, train_tasks, out: Path, progress) -> dict[str, Any]
             stats.update(supervised_finetune(
                 model, tok, p_ids, r_ids, epochs=cfg.train.sft_epochs, lr=cfg.train.sft_lr,
                 batch_size=cfg.train.sft_batch_size, seed=cfg.train.warm_start_seed,
-                progress=lambda done, total, loss: h.update(done, f"optimizer steps, loss {loss:.3f}")))
+                progress=lambda done, total, loss: (h.update(done, f"optimizer steps, loss {loss:.3f}"),
+                                                    check_stop())))  # a stop request ends SFT here
         stats["sft/seconds"] = time.time() - t1
         epochs = ", ".join(f"{v:.3f}" for v in stats["sft/loss_epochs"])
         log(f"warm start: SFT {cfg.train.sft_epochs} epoch(s) on {len(demos)} steps, loss "
