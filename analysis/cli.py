@@ -37,8 +37,8 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
 
 def run_report(args: argparse.Namespace) -> int:
     """Write the report for parsed ``args``; print where it is and a summary. Returns an exit code
-    (0 ok, 2 the results folder does not exist, an argument is out of range, or two runs have the
-    same method/size/env/seed). Evaluation-only folders are listed as skipped, one line each."""
+    (0 ok, 2 the results folder does not exist or holds no run folder, an argument is out of range,
+    or two runs have the same method/size/env/seed). Evaluation-only folders are listed as skipped, one line each."""
     results_dir = Path(args.results_dir)
     out = Path(args.out) if args.out else results_dir / "report"
     if not results_dir.is_dir():
@@ -48,8 +48,14 @@ def run_report(args: argparse.Namespace) -> int:
     if args.n_boot < 1 or not 0 < args.confidence < 1:
         print("error: --n-boot must be >= 1 and --confidence in (0, 1)", file=sys.stderr)
         return 2
-    from analysis.load import DuplicateRunsError
+    from analysis.load import DuplicateRunsError, find_run_dirs
     from analysis.report import build_report
+
+    if not find_run_dirs(results_dir):
+        print(f"error: no run folder under {str(results_dir)!r} (a run folder holds the config.yaml and "
+              "metrics.jsonl that `g2po train` writes); pass a folder holding run folders, e.g. results/runs",
+              file=sys.stderr)
+        return 2
 
     try:
         res = build_report(

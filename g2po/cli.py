@@ -9,7 +9,7 @@
     g2po data download {alfworld,webshop,appworld} [--dest DIR]  fetch official data (needs internet)
     g2po data generate alfworld [key=value ...]                  generate the offline ALFWorld games
     g2po algorithms                                              list estimators and their options
-    g2po bench advantages [--sizes ...]                          estimator speed
+    g2po bench {advantages,alfworld,webshop} [...]               speed benchmarks (estimators, environments)
     g2po config [--preset NAME] [key=value ...]                  print the resolved config
     g2po config baseline=react [key=value ...]                   ... of a baseline run (config.yaml)
     g2po report RESULTS_DIR --out DIR                            tables and figures vs. the paper
@@ -111,10 +111,10 @@ def _subparser(sub, name: str, help: str) -> argparse.ArgumentParser:
                           formatter_class=_RAW)
 
 
-def _add_config_args(p: argparse.ArgumentParser) -> None:
+def _add_config_args(p: argparse.ArgumentParser, example: str = "algorithm.name=gigpo") -> None:
     p.add_argument("--config", help="YAML config file (any subset of the keys)")
     p.add_argument("--preset", help="named preset from g2po/presets (e.g. alfworld_1.5b)")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. algorithm.name=gigpo")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help=f"dotted overrides, e.g. {example}")
 
 
 def _bench_size(text: str) -> str:
@@ -153,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _subparser(sub, "eval", "evaluate a run's latest checkpoint or a model folder, or run a prompting "
                                 "baseline (baseline=react|reflexion|direct)")
-    _add_config_args(p)
+    _add_config_args(p, "eval.num_tasks=0")
     p.add_argument("--run", help="training run folder: its checkpoints/latest/policy is evaluated with its "
                                  "config.yaml (key=value overrides on top); not with --config/--preset")
     p.add_argument("--name", help="name of the evaluation folder (default: the UTC time, YYYYmmdd-HHMMSS)")
@@ -164,11 +164,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = _subparser(sub, "data", "fetch or generate benchmark data")
     dsub = p.add_subparsers(dest="data_command", required=True)
     d = dsub.add_parser("download", help="download official data into a cache folder (needs internet)")
-    d.add_argument("benchmark", choices=["alfworld", "webshop", "appworld"])
+    d.add_argument("benchmark", choices=["alfworld", "webshop", "appworld"], help="which benchmark's data")
     d.add_argument("--dest", default=None, help="target folder (default: ~/.cache/g2po/<benchmark>)")
     g = dsub.add_parser("generate", help="generate the offline ALFWorld games of the embedded default")
-    g.add_argument("benchmark", choices=["alfworld"])
-    _add_config_args(g)
+    g.add_argument("benchmark", choices=["alfworld"], help="the benchmark to generate games for")
+    _add_config_args(g, "env.generated_train_games=400")
 
     _subparser(sub, "algorithms", "list registered advantage estimators and their options")
 
@@ -274,7 +274,7 @@ def _main(argv: list[str], console) -> int:
             from benchmarks.alfworld.bench import main as env_bench
         else:
             from benchmarks.webshop.bench import main as env_bench
-        return int(env_bench(argv[2:]) or 0)
+        return int(env_bench(argv[2:], prog=f"g2po bench {argv[1]}") or 0)
     parser = build_parser()
     args = parser.parse_args(argv)
     from g2po.config import ConfigError

@@ -394,7 +394,8 @@ def _omegaconf_message(exc: OmegaConfBaseException) -> str:
     key = getattr(exc, "full_key", None) or getattr(exc, "key", None)
     msg = str(exc).splitlines()[0]
     if "Key" in msg and "not in" in msg:
-        return f"unknown config key {key!r}: {msg}. Run `g2po config` to list the keys."
+        sentence = msg if msg.endswith(("?", ".")) else msg + "."
+        return f"unknown config key {key!r}: {sentence} Run `g2po config` to list the keys."
     if key:
         return f"bad value for config key {key!r}: {msg}"
     return msg

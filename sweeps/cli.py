@@ -23,10 +23,16 @@ import sys
 __all__ = ["add_sweep_arguments", "run_sweep_command", "main"]
 
 
+def _plain(doc: str) -> str:
+    """The module docstring as ``--help`` text: without reST markup (double backquotes, ``::``)."""
+    lines = [ln for ln in doc.splitlines() if ln.strip() != "::"]
+    return "\n".join(lines).replace("``", "").replace("\n\n\n", "\n\n")
+
+
 def add_sweep_arguments(sub) -> argparse.ArgumentParser:
     """Add the ``sweep`` subcommand to the ``g2po`` subparsers ``sub``."""
     p = sub.add_parser("sweep", help="launch, inspect and cancel sweeps of runs (Submitit: slurm, local, debug)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=_plain(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     ssub = p.add_subparsers(dest="sweep_command", required=True)
 
     def common(q: argparse.ArgumentParser) -> None:

@@ -125,6 +125,9 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str, bool]]:
         (["data", "generate", "alfworld", "env.generated_train_games=-1"], "env.generated_train_games", True),
         (["data", "download", "alfworld", "--dest", str(a_file)], "is a file", True),
         (["report", missing], "does not exist", True),
+        (["report", str(empty), "--out", str(tmp / "empty_report")], "no run folder under", True),
+        (["config", "train.iteratons=3"], "Did you mean: 'iterations'? Run `g2po config`", True),
+        (["config", "train.foo=3"], "not in 'TrainConfig'. Run `g2po config`", True),
         (["bench", "advantages", "--sizes", "abc"], "'abc'", False),
         (["bench", "advantages", "--repeats", "0"], "must be >= 1", False),
         (["bench", "alfworld", "--data", missing], "does not exist", False),
@@ -147,6 +150,7 @@ def test_every_subcommand_fails_bad_input_in_one_line_without_traceback(tmp_path
         if ours:
             assert len(lines) == 1, (args, res.stderr)
     assert not Path(tmp_path / "missing").exists()  # the report did not create the folder it was given
+    assert not Path(tmp_path / "empty_report").exists()  # nor an empty report for a folder without runs
 
 
 # ---------------------------------------------------------------------------- item 6: help

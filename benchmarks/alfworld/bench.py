@@ -102,13 +102,14 @@ def run(
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Command-line entry. ``argv`` None means ``sys.argv[1:]`` when run as
     ``python -m benchmarks.alfworld.bench`` and no arguments (defaults) when called from
-    another program (e.g. ``g2po bench alfworld``)."""
+    another program (e.g. ``g2po bench alfworld``, which passes ``prog`` for its usage line)."""
     if argv is None and __name__ != "__main__":
         argv = []
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog=prog or "python -m benchmarks.alfworld.bench",
+                                description=__doc__.splitlines()[0])
     p.add_argument(
         "--data",
         default=None,

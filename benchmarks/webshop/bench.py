@@ -58,13 +58,19 @@ def _queries(cat: Catalog, n: int) -> list[str]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark; ``argv`` None means no options (the ``g2po bench webshop`` call)."""
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.webshop.bench", description=__doc__.splitlines()[0])
-    ap.add_argument("--data-dir", default=None)
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """Run the benchmark; ``argv`` None means no options (the ``g2po bench webshop`` call, which
+    passes ``prog`` for its usage line)."""
+    ap = argparse.ArgumentParser(prog=prog or "python -m benchmarks.webshop.bench",
+                                 description="WebShop speed and search-fidelity figures: catalogue load, index "
+                                 "build and load, search latency, environment steps per second, agreement of "
+                                 "the bm25s search with brute-force BM25, the scripted expert's success.")
+    ap.add_argument("--data-dir", default=None, metavar="DIR",
+                    help="WebShop data folder (default: $G2PO_SHARED_DATA/webshop or ../shared/data/webshop "
+                    "when present, else the synthetic catalogue)")
     ap.add_argument("--synthetic", action="store_true", help="use the synthetic default catalogue")
-    ap.add_argument("--queries", type=int, default=100)
-    ap.add_argument("--episodes", type=int, default=300)
+    ap.add_argument("--queries", type=int, default=100, help="goal instructions for the search figures (default 100)")
+    ap.add_argument("--episodes", type=int, default=300, help="expert episodes for steps per second (default 300)")
     args = ap.parse_args([] if argv is None else argv)
     data_dir = None if args.synthetic else (args.data_dir or default_data_dir())
     with tempfile.TemporaryDirectory() as tmp:
