@@ -59,11 +59,17 @@ RECORD_SUFFIXES = frozenset({".md", ".csv", ".png", ".svg", ".html", ".json", ".
 """Suffixes of documentation and result records: changes to them do not make a checkout dirty."""
 
 
+_PROCESS_CODE: list[dict[str, Any] | None] = []  # this process's code version, once known
+
+
 def code_version(root: str | os.PathLike | None = None) -> dict[str, Any] | None:
     """The git commit of the code that runs, for records that must say what produced them.
 
     Args:
-        root: the checkout (default: the folder holding this package).
+        root: the checkout (default: the folder holding this package). For the default, the
+            answer is read from git once per process and then kept: a long run (a sweep job
+            training several runs) records the checkout it started from, not commits made
+            while it ran (the code it had already loaded).
 
     Returns:
         ``{"commit": <40 hex>, "dirty": bool}`` (dirty: tracked files that can change what runs
@@ -72,8 +78,14 @@ def code_version(root: str | os.PathLike | None = None) -> dict[str, Any] | None
         mark them dirty), or None when ``root`` is not a git checkout or git is missing (an
         installed wheel).
     """
-    root = Path(root) if root is not None else _REPO_ROOT
+    if root is None:
+        if not _PROCESS_CODE:
+            _PROCESS_CODE.append(_read_code_version(_REPO_ROOT))
+        return _PROCESS_CODE[0]
+    return _read_code_version(Path(root))
 
+
+def _read_code_version(root: Path) -> dict[str, Any] | None:
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
                               check=True, timeout=10).stdout.strip()

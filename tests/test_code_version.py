@@ -49,3 +49,17 @@ def test_a_run_folder_status_names_the_code_that_wrote_it(tmp_path):
     assert status["code"] == code_version()  # this checkout's commit (None outside git)
     if status["code"] is not None:
         assert re.fullmatch(r"[0-9a-f]{40}", status["code"]["commit"])
+
+
+def test_this_process_records_the_checkout_it_started_from(monkeypatch):
+    """A long process (a sweep job training several runs) keeps the code version it first read:
+    commits made while it runs are not code it loaded."""
+    from results import rundir
+
+    reads = []
+    monkeypatch.setattr(rundir, "_PROCESS_CODE", [])
+    monkeypatch.setattr(rundir, "_read_code_version",
+                        lambda root: reads.append(root) or {"commit": f"{len(reads):040d}", "dirty": False})
+    first = code_version()
+    assert code_version() == first == {"commit": f"{1:040d}", "dirty": False} and len(reads) == 1
+    assert code_version(rundir._REPO_ROOT) == {"commit": f"{2:040d}", "dirty": False}  # an explicit root reads again
