@@ -61,14 +61,10 @@ def check_fresh_run_folder(cfg: RunConfig) -> None:
         return
     from g2po.config import resolve_run_id
 
-    root = Path(cfg.output_dir) / resolve_run_id(cfg)
-    try:
-        status = json.loads((root / "status.json").read_text())
-    except (OSError, ValueError):
-        status = {}
-    ckpt = root / "checkpoints" / "latest"
-    has_ckpt = (ckpt / "trainer_state.json").exists() or ckpt.with_name("latest.old").exists()
-    if status.get("state") != "done" and not has_ckpt:
+    run = RunDir(Path(cfg.output_dir) / resolve_run_id(cfg))
+    root = run.root
+    status = run.read_status() or {}
+    if status.get("state") != "done" and run.resume_checkpoint() is None:
         return
     what = (f"a finished run ({status.get('iteration')} of {status.get('total_iterations')} iterations)"
             if status.get("state") == "done" else

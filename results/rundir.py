@@ -195,6 +195,15 @@ class RunDir:
     def checkpoint_dir(self) -> Path:
         return self.root / "checkpoints" / "latest"
 
+    def resume_checkpoint(self) -> Path | None:
+        """The checkpoint a resume loads: ``checkpoints/latest``, or ``latest.old`` when the run was
+        killed between the two renames of :meth:`replace_dir`; None when neither holds a
+        ``trainer_state.json``."""
+        for d in (self.checkpoint_dir, self.checkpoint_dir.with_name(self.checkpoint_dir.name + ".old")):
+            if (d / "trainer_state.json").exists():
+                return d
+        return None
+
     def create(self) -> RunDir:
         self.root.mkdir(parents=True, exist_ok=True)
         return self

@@ -127,14 +127,13 @@ def export_allocation(resources: dict[str, Any], cluster: str) -> dict[str, str]
 
 def _has_checkpoint(run: RunDir) -> int | None:
     """Iteration of the checkpoint a resume would load (``latest`` or a leftover ``latest.old``)."""
-    for d in (run.checkpoint_dir, run.checkpoint_dir.with_name(run.checkpoint_dir.name + ".old")):
-        f = d / "trainer_state.json"
-        if f.exists():
-            try:
-                return int(json.loads(f.read_text())["iteration"])
-            except (ValueError, KeyError, json.JSONDecodeError):
-                return None
-    return None
+    d = run.resume_checkpoint()
+    if d is None:
+        return None
+    try:
+        return int(json.loads((d / "trainer_state.json").read_text())["iteration"])
+    except (ValueError, KeyError, json.JSONDecodeError):
+        return None
 
 
 def _interrupt_main(claim) -> None:  # pragma: no cover - only when another job stole the claim

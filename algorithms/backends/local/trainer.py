@@ -124,10 +124,8 @@ class LocalTrainer:
     # ------------------------------------------------------------------ setup
     def _setup_model(self, pool: EnvPool, train_tasks) -> dict[str, float]:
         cfg = self.cfg
-        ckpt = self.run.checkpoint_dir
-        if not ckpt.exists() and ckpt.with_name(ckpt.name + ".old").exists():
-            ckpt = ckpt.with_name(ckpt.name + ".old")  # killed between the two renames
-        if cfg.resume and (ckpt / "trainer_state.json").exists():
+        ckpt = self.run.resume_checkpoint()
+        if cfg.resume and ckpt is not None:
             self.model, self.tokenizer = load_model_and_tokenizer(ckpt / "policy", dtype="float32",
                                                                   device=cfg.model.device)
             self.ref_model, _ = load_model_and_tokenizer(self.run.root / "reference", dtype=cfg.model.dtype,

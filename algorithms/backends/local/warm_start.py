@@ -207,11 +207,13 @@ def _build(cfg, pool, bench, train_tasks, out: Path, progress) -> dict[str, Any]
         steps = -(-len(demos) // cfg.train.sft_batch_size) * cfg.train.sft_epochs
         with progress.phase(f"warm start: SFT, {cfg.train.sft_epochs} epoch(s) on {len(demos)} expert steps",
                             total=steps, key="warm start (SFT)") as h:
+            def on_batch(done: int, total: int, loss: float) -> None:
+                h.update(done, f"optimizer steps, loss {loss:.3f}")
+                check_stop()  # a stop request ends SFT here (the staging folder is removed)
+
             stats.update(supervised_finetune(
                 model, tok, p_ids, r_ids, epochs=cfg.train.sft_epochs, lr=cfg.train.sft_lr,
-                batch_size=cfg.train.sft_batch_size, seed=cfg.train.warm_start_seed,
-                progress=lambda done, total, loss: (h.update(done, f"optimizer steps, loss {loss:.3f}"),
-                                                    check_stop())))  # a stop request ends SFT here
+                batch_size=cfg.train.sft_batch_size, seed=cfg.train.warm_start_seed, progress=on_batch))
         stats["sft/seconds"] = time.time() - t1
         epochs = ", ".join(f"{v:.3f}" for v in stats["sft/loss_epochs"])
         log(f"warm start: SFT {cfg.train.sft_epochs} epoch(s) on {len(demos)} steps, loss "
