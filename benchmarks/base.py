@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Task", "Observation", "Environment", "Mistake", "RefusalStop", "state_key_rule"]
+__all__ = ["Task", "Observation", "Environment", "Mistake", "IfAdmissible", "RefusalStop", "state_key_rule"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,19 @@ class Mistake(str):
     environment executes them and they appear in the history of the following prompts, but no
     demonstration step is recorded for them, so a policy trained on the demonstrations learns the
     recovery from the mistake, not the mistake.
+    """
+
+    __slots__ = ()
+
+
+class IfAdmissible(str):
+    """An expert-plan action played only where the environment admits it, else skipped.
+
+    For plans fixed before the episode starts that depend on what the agent will find: ALFWorld's
+    search detour opens the receptacle it visits (:func:`benchmarks.alfworld.expert_detour`), which
+    only a closed receptacle admits (some drawers are open shelves). When the observation the
+    action would be taken in does not list it among its admissible actions, the replay
+    (:func:`benchmarks.demos.collect_demonstrations`) goes on with the next action of the plan.
     """
 
     __slots__ = ()

@@ -13,7 +13,7 @@ from types import ModuleType
 
 import numpy as np
 
-from benchmarks.base import Mistake, Task
+from benchmarks.base import IfAdmissible, Mistake, Task
 from benchmarks.workers import EnvPool
 
 __all__ = ["Demonstration", "collect_demonstrations"]
@@ -40,6 +40,7 @@ def collect_demonstrations(
     on_progress=None,
     slots: int = 64,
     detour_prob: float = 0.0,
+    detour_open_prob: float = 0.0,
     stall_prob: float = 0.0,
     recovery_prob: float = 0.0,
     seed: int = 0,
@@ -53,7 +54,8 @@ def collect_demonstrations(
     prompt and expert-response style (``env.prompt``); ``on_progress(done_tasks, total_tasks)``
     is called after every lock-step step. With ``detour_prob`` > 0 and a benchmark that offers
     ``expert_detour(plan, first_obs, rng)`` (ALFWorld), that fraction of the demonstrations
-    first visit another receptacle (a searching expert; drawn with ``numpy.random.default_rng(seed)``).
+    first visit another receptacle (a searching expert; drawn with ``numpy.random.default_rng(seed)``),
+    opening it first when it is closed with probability ``detour_open_prob`` (ALFWorld's ``open_prob``).
     With ``stall_prob`` > 0 and a benchmark that offers ``expert_stall(plan, rng, prob, max_len)``
     (ALFWorld), the expert wastes steps now and then (a dawdling expert whose demonstrations still
     win within ``max_steps``). With ``recovery_prob`` > 0 and a benchmark that offers
@@ -80,7 +82,7 @@ def collect_demonstrations(
         def edit(i: int, plan: list[str], first_obs, take=take, slip=slip) -> list[str]:
             """The expert's plan for task ``i`` of the chunk: detour, mistake, stalls (as drawn)."""
             if take[i]:
-                plan = detour(plan, first_obs, rng)
+                plan = detour(plan, first_obs, rng, open_prob=detour_open_prob)
             if slip[i] and mistake is not None:
                 plan = mistake(plan)
             return stall(plan, rng, stall_prob, max_steps) if stall is not None else plan
@@ -94,19 +96,31 @@ def collect_demonstrations(
 
 def _replay(pool, benchmark, tasks, max_steps, history_length, prompt_style, on_progress, edit):
     """Lock-step replay of ``tasks`` on slots 0..len-1 with the plans ``edit(i, walkthrough,
-    first_obs)`` makes of their walkthroughs; returns (demonstrations, wins)."""
+    first_obs)`` makes of their walkthroughs; returns (demonstrations, wins). A task's replay ends
+    when its episode ends, its plan is played out, or after ``max_steps`` actions; an
+    :class:`~benchmarks.base.IfAdmissible` action its observation does not admit is skipped."""
     obs = pool.reset(list(enumerate(tasks)))
     plans = [edit(i, list(benchmark.expert_actions(t)), obs[i]) for i, t in enumerate(tasks)]
-    plans = [p[:max_steps] for p in plans]
+    cursor = [0] * len(tasks)  # index of each task's next action in its plan
+
+    def next_action(i: int):
+        """Task ``i``'s next action to play (skipping what its observation does not admit), or None."""
+        while cursor[i] < len(plans[i]):
+            action = plans[i][cursor[i]]
+            if not (isinstance(action, IfAdmissible) and action not in (obs[i].admissible_actions or ())):
+                return action
+            cursor[i] += 1
+        return None
+
     history: list[list[tuple[str, str]]] = [[] for _ in tasks]
     steps: list[list[Demonstration]] = [[] for _ in tasks]
     won = [False] * len(tasks)
-    active = {i for i in range(len(tasks)) if plans[i] and not obs[i].done}
-    t = 0
+    active = {i for i in range(len(tasks)) if max_steps > 0 and not obs[i].done and next_action(i) is not None}
     while active:
         step_items = []
         for i in sorted(active):
-            action = plans[i][t]
+            action = plans[i][cursor[i]]
+            t = len(history[i])
             prompt = benchmark.build_prompt(obs[i], history[i], t, history_length, style=prompt_style)
             response = benchmark.expert_response(action, obs[i], style=prompt_style)
             if not isinstance(action, Mistake):  # a deliberate mistake is played, never imitated
@@ -116,9 +130,9 @@ def _replay(pool, benchmark, tasks, max_steps, history_length, prompt_style, on_
         new = pool.step(step_items)
         for i, _ in step_items:
             obs[i] = new[i]
-            if new[i].done or t + 1 >= len(plans[i]):
+            cursor[i] += 1
+            if new[i].done or len(history[i]) >= max_steps or next_action(i) is None:
                 won[i] = bool(new[i].won)
                 active.discard(i)
-        t += 1
         on_progress(len(tasks) - len(active), len(tasks))
     return [d for per_task in steps for d in per_task], sum(won)

@@ -83,7 +83,7 @@ class EnvConfig:
     # generated-game settings (embedded default)
     generated_dir: str = "results/cache/alfworld_generated"
     generated_train_games: int = 1200
-    generated_eval_games: int = 120
+    generated_eval_games: int = 240
     generated_max_receptacles: int = 2
     # "seen": eval games on the training floor plans (new games, like ALFWorld's valid_seen,
     # the papers' in-distribution split); "unseen": ALFRED's held-out floor plans (valid_unseen)
@@ -145,9 +145,11 @@ class ModelConfig:
     max_position_embeddings: int = 1024
     dtype: str = "float32"  # "float32" | "bfloat16"
     device: str = "auto"  # "auto" | "cpu" | "cuda"
-    # torch intra-op threads on a CPU (0 = torch's default, one per core). One thread is
-    # faster for the tiny model (small matrices; env workers share the cores).
-    num_threads: int = 1
+    # torch intra-op threads on a CPU: 0 = every CPU this process may use (benchmarks.cpus.usable_cpus:
+    # affinity, SLURM_CPUS_PER_TASK / a sweep job's resources.cpus, cgroup quota). The model and the
+    # environment workers take turns, so the model can use every core: on 2 idle cores an RL
+    # iteration of the CPU default takes 10 s with 2 threads and 15 s with 1 (results/proxy/README.md)
+    num_threads: int = 0
 
 
 @dataclass
@@ -179,7 +181,11 @@ class TrainConfig:
     sft_max_tasks: int = 1200  # expert demonstrations from at most this many training tasks
     # fraction of ALFWorld demonstrations that first visit another receptacle (a searching expert,
     # benchmarks/alfworld expert_detour); 0 = the planner's walkthroughs only
-    sft_detour_prob: float = 0.5
+    sft_detour_prob: float = 1.0
+    # probability that a detour to a closed receptacle (drawer, cabinet, fridge, ...) opens it and
+    # looks inside before going on; 0 = walks on without looking (the detour before this option),
+    # which leaves every "open" of the demonstrations followed by taking the target
+    sft_detour_open_prob: float = 1.0
     # ALFWorld demonstrations from a dawdling expert: before each action at a receptacle it first
     # examines the receptacle with this probability, repeatedly (benchmarks/alfworld expert_stall;
     # the demonstrations still win within env.max_steps); 0 = no wasted steps
@@ -219,7 +225,7 @@ class EvalConfig:
     """Evaluation on a fixed task panel (held-out split) at temperature 0.4."""
 
     every: int = 12  # evaluate every k iterations (and before and after training)
-    num_tasks: int = 0  # 0 = the whole split (the CPU default: its 120 generated held-out games)
+    num_tasks: int = 0  # 0 = the whole split (the CPU default: its 240 generated held-out games)
     temperature: float = 0.4
     episodes_per_task: int = 1
     # also evaluate the panel at train.temperature, before RL and after the last iteration (both
@@ -463,7 +469,7 @@ def validate_config(cfg: RunConfig) -> None:
     need(cfg.backend in ("local", "openrlhf"), "backend", "choose local or openrlhf")
     need(cfg.model.dtype in ("float32", "bfloat16"), "model.dtype", "choose float32 or bfloat16")
     need(cfg.model.device in ("auto", "cpu", "cuda"), "model.device", "choose auto, cpu or cuda")
-    need(cfg.model.num_threads >= 0, "model.num_threads", "must be >= 0 (0 = torch default)")
+    need(cfg.model.num_threads >= 0, "model.num_threads", "must be >= 0 (0 = every usable CPU)")
     if cfg.model.path is not None:
         need(Path(cfg.model.path).is_dir(), "model.path", f"folder {cfg.model.path!r} does not exist")
     t = cfg.train
@@ -489,6 +495,7 @@ def validate_config(cfg: RunConfig) -> None:
     need(t.sft_epochs >= 0, "train.sft_epochs", "must be >= 0")
     need(t.sft_max_tasks >= 1, "train.sft_max_tasks", "must be >= 1")
     need(0.0 <= t.sft_detour_prob <= 1.0, "train.sft_detour_prob", "must be in [0, 1]")
+    need(0.0 <= t.sft_detour_open_prob <= 1.0, "train.sft_detour_open_prob", "must be in [0, 1]")
     need(0.0 <= t.sft_stall_prob < 1.0, "train.sft_stall_prob", "must be in [0, 1)")
     need(0.0 <= t.sft_recovery_prob <= 1.0, "train.sft_recovery_prob", "must be in [0, 1]")
     need(t.rl_tasks in RL_TASK_POOLS, "train.rl_tasks", f"choose one of {', '.join(RL_TASK_POOLS)}")

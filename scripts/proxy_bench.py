@@ -7,7 +7,9 @@ What it does (issue "RL that measurably learns on a CPU"):
    warm start are built into a fresh folder) and measures its wall time and each phase's seconds
    (``timing.json`` of the run);
 3. runs the other seeds (warm-start cache now warm: every seed starts RL from the same policy),
-   ``--parallel`` at a time;
+   one at a time by default (each run's model uses every usable CPU, ``model.num_threads=0``);
+   with ``--parallel N`` N at a time, each with ``model.num_threads`` = CPUs // N (two runs of two
+   threads each on two cores oversubscribe them);
 4. prints and writes (``bench.json``, ``bench.md`` in ``--out``) per seed the held-out success
    after the warm start (before RL) and after RL with 95 % bootstrap CIs, and over seeds the
    mean improvement with a paired two-level bootstrap CI (:func:`results.stats.paired_improvement_ci`),
@@ -27,7 +29,7 @@ setting).
 Usage::
 
     python scripts/proxy_bench.py                          # seeds 0 1 2 -> results/proxy/bench
-    python scripts/proxy_bench.py --seeds 0 1 2 3 4 --parallel 2
+    python scripts/proxy_bench.py --seeds 0 1 2 3 4
     python scripts/proxy_bench.py --summarize results/proxy/bench   # figures of finished runs only
 """
 
@@ -224,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--parallel", type=int, default=2, help="seeds after the first run at a time (default 2)")
+    ap.add_argument("--parallel", type=int, default=1,
+                    help="seeds after the first run at a time (default 1; N > 1 splits the CPUs between them)")
     ap.add_argument("--out", default=str(ROOT / "results" / "proxy" / "bench"))
     ap.add_argument("--summarize", metavar="DIR", help="only summarise the finished runs of an earlier --out")
     ap.add_argument("--keep", action="store_true",
@@ -249,8 +252,13 @@ def main(argv: list[str] | None = None) -> int:
         if rc != 0:
             print(open(log).read()[-3000:], file=sys.stderr)
             return 1
+        extra = list(args.overrides)
+        if args.parallel > 1 and not any(o.startswith("model.num_threads=") for o in extra):
+            from benchmarks.cpus import usable_cpus
+
+            extra.append(f"model.num_threads={max(1, usable_cpus() // args.parallel)}")
         with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as ex:
-            for seed, (rc, wall, log) in zip(rest, ex.map(lambda s: _train(s, out, args.overrides), rest)):
+            for seed, (rc, wall, log) in zip(rest, ex.map(lambda s: _train(s, out, extra), rest)):
                 print(f"seed {seed}: exit {rc}, {wall:.0f} s wall; log {log}", flush=True)
         if not args.no_temperature_eval and _own_train_temperature(out) is None:
             proxy_temperature.evaluate(out / "runs", out / "temperature", _train_temperature(out), args.parallel)

@@ -30,12 +30,14 @@ def test_key_ignores_seed_estimator_and_rl_settings_but_not_the_warm_start_setti
     other = [_cfg(tmp_path, "train.sft_epochs=3"), _cfg(tmp_path, "train.sft_lr=1e-3"),
              _cfg(tmp_path, "model.hidden_size=64"), _cfg(tmp_path, "env.max_steps=5"),
              _cfg(tmp_path, "train.warm_start_seed=1"), _cfg(tmp_path, "env.history_length=1"),
-             _cfg(tmp_path, "train.sft_stall_prob=0.2"), _cfg(tmp_path, "train.sft_recovery_prob=0.5")]
+             _cfg(tmp_path, "train.sft_stall_prob=0.2"), _cfg(tmp_path, "train.sft_recovery_prob=0.5"),
+             _cfg(tmp_path, "train.sft_detour_open_prob=0.5")]
     keys = {warm_start_key(c) for c in other}
     assert warm_start_key(base) not in keys and len(keys) == len(other)
     assert warm_start_settings(base)["train"]["sft_epochs"] == 2
     # options added later stay out of the key at their neutral value (older caches stay valid)
     assert "sft_stall_prob" not in warm_start_settings(base)["train"]
+    assert "sft_detour_open_prob" not in warm_start_settings(_cfg(tmp_path, "train.sft_detour_open_prob=0"))["train"]
 
 
 def _weights(path):
@@ -104,6 +106,94 @@ def test_detour_demonstrations_visit_another_receptacle_first_and_still_win(tmp_
     assert len(every) == len(plain) + len(tasks)  # one extra step per demonstration
 
 
+def test_detour_opens_a_closed_receptacle_unless_the_walkthrough_does():
+    """train.sft_detour_open_prob on hand-written plans: which receptacles, the probability, the RNG."""
+    import numpy as np
+
+    from benchmarks.alfworld import expert_detour
+    from benchmarks.base import Observation
+
+    def room(*receptacles):
+        return Observation(state_key="", text="", instruction="", admissible_actions=[f"go to {r}" for r in receptacles] + ["look"])
+
+    plan = ["go to dresser 1", "take alarmclock 1 from dresser 1", "go to desk 1", "use desklamp 1"]
+    closed = room("drawer 1", "dresser 1")
+    assert expert_detour(plan, closed, np.random.default_rng(0), open_prob=1.0) == [
+        "go to drawer 1", "open drawer 1", *plan]
+    assert expert_detour(plan, closed, np.random.default_rng(0), open_prob=0.0) == ["go to drawer 1", *plan]
+    assert expert_detour(plan, room("shelf 1", "dresser 1"), np.random.default_rng(0), open_prob=1.0) == [
+        "go to shelf 1", *plan]  # an open surface shows what it holds on arrival
+    later = ["go to dresser 1", "take mug 1 from dresser 1", "go to drawer 1", "open drawer 1", "move mug 1 to drawer 1"]
+    assert expert_detour(later, closed, np.random.default_rng(0), open_prob=1.0) == ["go to drawer 1", *later]
+    opened = [len(expert_detour(plan, closed, np.random.default_rng(s), open_prob=0.3)) - len(plan) - 1
+              for s in range(2000)]
+    assert abs(np.mean(opened) - 0.3) < 0.04
+    # open_prob=0 draws exactly what the detour drew before the option existed (one integer)
+    a, b = np.random.default_rng(5), np.random.default_rng(5)
+    expert_detour(plan, closed, a, open_prob=0.0)
+    b.integers(1)
+    assert a.random() == b.random()
+
+
+def test_replay_skips_a_conditional_action_the_observation_does_not_admit():
+    """benchmarks.base.IfAdmissible in a plan: played where admitted, skipped (no step) elsewhere."""
+    from types import SimpleNamespace
+
+    from benchmarks import toy
+    from benchmarks.base import IfAdmissible
+    from benchmarks.demos import collect_demonstrations
+    from benchmarks.workers import EnvPool
+
+    task = toy.load_tasks(None, "train")[2]  # corridor of 4 rooms: 3 x go east wins
+    plan = [IfAdmissible("open door"), "go east", IfAdmissible("look"), "go east", IfAdmissible("open door"),
+            "go east", IfAdmissible("open door")]
+    bench = SimpleNamespace(expert_actions=lambda t: list(plan), build_prompt=toy.build_prompt,
+                            expert_response=toy.expert_response)
+    with EnvPool("toy", None, 1) as pool:
+        demos, win = collect_demonstrations(pool, bench, [task], max_steps=10)
+        cut, _ = collect_demonstrations(pool, bench, [task], max_steps=2)
+    assert win == 1.0
+    assert [d.response.split("<action>")[1].split("</action>")[0] for d in demos] == [
+        "go east", "look", "go east", "go east"]
+    assert [d.step for d in demos] == [0, 1, 2, 3]
+    assert len(cut) == 2  # the step limit counts played actions, not skipped ones
+
+
+def test_opening_detours_on_real_games_show_the_contents_then_leave():
+    """The searching expert looks inside the closed receptacle it detours to, sees no target, goes on;
+    every replay still wins, with and without a recovery from a refused take there."""
+    from conftest import require_shared
+
+    from benchmarks import alfworld
+    from benchmarks.demos import collect_demonstrations
+    from benchmarks.workers import EnvPool
+
+    root = require_shared("alfworld")
+    tasks = alfworld.find_games(root, "valid_seen")[::7][:20]
+    cfg = load_config(None, ["env.data_dir=" + str(root), "env.num_workers=1"])
+    with EnvPool("alfworld", cfg.env, 1) as pool:
+        walk, _ = collect_demonstrations(pool, alfworld, tasks, max_steps=50, detour_prob=1.0)
+        look, win = collect_demonstrations(pool, alfworld, tasks, max_steps=50, detour_prob=1.0,
+                                           detour_open_prob=1.0)
+        slip, win_slip = collect_demonstrations(pool, alfworld, tasks, max_steps=50, detour_prob=1.0,
+                                                detour_open_prob=1.0, recovery_prob=1.0)
+    assert win == win_slip == 1.0
+    opens = [d for d in look if d.step == 1 and "<action>open " in d.response]
+    assert opens, "no detour to a closed receptacle among these games: pick others"
+    assert len(look) == len(walk) + len(opens)  # one extra step per opened detour receptacle
+    by_step = {(d.task_id, d.step): d for d in look}
+    for d in opens:
+        after = by_step[(d.task_id, 2)]  # the reply to "open": the contents, then the expert leaves
+        receptacle = d.response.split("<action>open ")[1].split("</action>")[0]
+        assert f"You open the {receptacle}." in after.prompt and "<action>go to " in after.response
+    # with a recovery: open, the refused take there (played at step 2, not recorded), then the walkthrough
+    slip_opens = {d.task_id for d in slip if d.step == 1 and "<action>open " in d.response}
+    after_slip = [d for d in slip if d.task_id in slip_opens and d.step == 3]
+    assert slip_opens and len(after_slip) == len(slip_opens)
+    assert all("Nothing happens." in d.prompt and "<action>go to " in d.response for d in after_slip)
+    assert not any(d.step == 2 for d in slip if d.task_id in slip_opens)
+
+
 def test_stall_inserts_examines_of_the_current_receptacle_within_the_step_limit():
     """The dawdling expert (train.sft_stall_prob) on a hand-written plan: where, how many, the cap."""
     import numpy as np
@@ -163,6 +253,8 @@ def test_mistake_is_inserted_after_the_detour_and_never_imitated():
     assert alfworld.expert_mistake(detour[1:]) == detour[1:]  # no detour: unchanged
     assert alfworld.expert_mistake(["go to a 1", "go to b 1", "use desklamp 1"]) == ["go to a 1", "go to b 1",
                                                                                    "use desklamp 1"]
+    opened = ["go to drawer 1", "open drawer 1", *detour[1:]]  # the detour looked inside first
+    assert alfworld.expert_mistake(opened) == [*opened[:2], "take alarmclock 1 from drawer 1", *opened[2:]]
 
     root = require_shared("alfworld")
     tasks = alfworld.find_games(root, "valid_seen", ["pick_and_place_simple"])[:4]

@@ -28,7 +28,7 @@ from benchmarks.alfworld.games import (
     load_walkthrough,
 )
 from benchmarks.alfworld.prompt import build_prompt, expert_response
-from benchmarks.base import Mistake, Task, state_key_rule
+from benchmarks.base import IfAdmissible, Mistake, Task, state_key_rule
 
 if TYPE_CHECKING:  # pragma: no cover
     from g2po.config import EnvConfig
@@ -50,6 +50,7 @@ __all__ = [
     "expert_detour",
     "expert_stall",
     "expert_mistake",
+    "OPENABLE_RECEPTACLES",
     "expert_response",
     "data_root",
 ]
@@ -129,7 +130,12 @@ def expert_actions(task: Task) -> list[str]:
     return load_walkthrough(task)
 
 
-def expert_detour(plan: list[str], first_obs, rng) -> list[str]:
+#: receptacle types that start closed in ALFWorld games and must be opened to see inside
+#: (``alfworld.gen.constants.OPENABLE_CLASS_LIST``, lowercased as the text shows them)
+OPENABLE_RECEPTACLES = frozenset({"fridge", "cabinet", "microwave", "drawer", "safe", "box"})
+
+
+def expert_detour(plan: list[str], first_obs, rng, open_prob: float = 0.0) -> list[str]:
     """The walkthrough with a search detour: one visit to another receptacle before the first.
 
     The planner's walkthrough goes straight to the receptacle that holds the target object: it
@@ -139,10 +145,21 @@ def expert_detour(plan: list[str], first_obs, rng) -> list[str]:
     at random from the admissible ``go to`` commands of the first observation (never the one the
     walkthrough goes to), then follows the walkthrough: it still wins, one step later.
 
+    A closed receptacle (:data:`OPENABLE_RECEPTACLES`) hides what it holds: with probability
+    ``open_prob`` the detour opens it ("open drawer 1": the reply lists its contents, without the
+    target) before going on, two steps later (``train.sft_detour_open_prob``). Without that, every
+    "open" a demonstration shows is followed by taking the target, and a warm start learns to take
+    the task's object from whatever it opens. The "open" is an :class:`~benchmarks.base.IfAdmissible`
+    action (skipped where the receptacle turns out to be open: some official games have drawers
+    without doors), and none is added when the walkthrough itself opens that receptacle later
+    (it would find it open and be refused).
+
     Args:
         plan: the walkthrough (:func:`expert_actions`).
         first_obs: the reset :class:`~benchmarks.base.Observation` (its admissible actions).
-        rng: a ``numpy.random.Generator``.
+        rng: a ``numpy.random.Generator`` (one draw for the receptacle, one more for an openable
+            one when ``open_prob`` > 0).
+        open_prob: probability in [0, 1] of opening a closed detour receptacle.
 
     Returns:
         The new plan; ``plan`` unchanged when it does not start with ``go to`` or the room has
@@ -153,32 +170,43 @@ def expert_detour(plan: list[str], first_obs, rng) -> list[str]:
     others = sorted(a for a in (first_obs.admissible_actions or ()) if a.startswith("go to ") and a != plan[0])
     if not others:
         return list(plan)
-    return [others[int(rng.integers(len(others)))], *plan]
+    first = others[int(rng.integers(len(others)))]
+    receptacle = first[len("go to "):]
+    look_inside = f"open {receptacle}"
+    if (open_prob > 0 and receptacle.split()[0] in OPENABLE_RECEPTACLES and look_inside not in plan
+            and rng.random() < open_prob):
+        return [first, IfAdmissible(look_inside), *plan]
+    return [first, *plan]
 
 
 def expert_mistake(plan: list[str]) -> list[str]:
     """A detour plan (:func:`expert_detour`) with a mistake and its recovery at the wrong receptacle.
 
-    At the receptacle the detour visits, the expert first tries to take the task's object there
-    ("take <object> from <receptacle>": refused with "Nothing happens.", the object is elsewhere),
-    then goes on with the walkthrough. The attempt is a :class:`~benchmarks.base.Mistake`: played
-    and shown in the history, never imitated, so the warm start sees what to do after a refused
-    action (the state a policy gets stuck in), which the planner's walkthroughs never show
-    (the CPU proxy's ``train.sft_recovery_prob``).
+    At the receptacle the detour visits (after opening it, when the detour does), the expert
+    first tries to take the task's object there ("take <object> from <receptacle>": refused with
+    "Nothing happens.", the object is elsewhere), then goes on with the walkthrough. The attempt
+    is a :class:`~benchmarks.base.Mistake`: played and shown in the history, never imitated, so
+    the warm start sees what to do after a refused action (the state a policy gets stuck in),
+    which the planner's walkthroughs never show (the CPU proxy's ``train.sft_recovery_prob``).
 
     Args:
-        plan: a detour plan: two ``go to`` actions first, then the walkthrough, which takes an
-            object ("take <object> from <receptacle>").
+        plan: a detour plan: ``go to`` the detour receptacle (optionally ``open`` it), then the
+            walkthrough, which starts with ``go to`` and takes an object ("take <object> from
+            <receptacle>").
 
     Returns:
-        The plan with the mistake after the detour's ``go to``; ``plan`` unchanged when it has no
-        detour or takes nothing.
+        The plan with the mistake after the detour; ``plan`` unchanged when it has no detour or
+        takes nothing.
     """
     take = next((a for a in plan if a.startswith("take ") and " from " in a), None)
-    if len(plan) < 2 or not (plan[0].startswith("go to ") and plan[1].startswith("go to ")) or take is None:
+    if len(plan) < 2 or not plan[0].startswith("go to ") or take is None:
+        return list(plan)
+    receptacle = plan[0][len("go to "):]
+    at = 2 if plan[1] == f"open {receptacle}" else 1
+    if len(plan) <= at or not plan[at].startswith("go to "):
         return list(plan)
     obj = take[len("take "):].split(" from ")[0]
-    return [plan[0], Mistake(f"take {obj} from {plan[0][len('go to '):]}"), *plan[1:]]
+    return [*plan[:at], Mistake(f"take {obj} from {receptacle}"), *plan[at:]]
 
 
 def expert_stall(plan: list[str], rng, prob: float, max_len: int) -> list[str]:

@@ -86,7 +86,7 @@ def expert_actions(task: Task) -> list[str]:
     return ["go east"] * (int(task.payload["length"]) - 1)
 
 
-def expert_detour(plan: list[str], first_obs: Observation, rng) -> list[str]:
+def expert_detour(plan: list[str], first_obs: Observation, rng, open_prob: float = 0.0) -> list[str]:
     """The plan with a wasted step pair: ``go west`` then ``go east`` inserted at a random point.
 
     Still wins, two steps later. A warm start trained on such demonstrations goes west now and
@@ -97,6 +97,7 @@ def expert_detour(plan: list[str], first_obs: Observation, rng) -> list[str]:
         plan: the expert plan (:func:`expert_actions`).
         first_obs: the reset observation (unused; the signature of the ALFWorld detour).
         rng: a ``numpy.random.Generator``.
+        open_prob: unused (the ALFWorld detour's; the corridor has nothing to open).
 
     Returns:
         The new plan (``plan`` unchanged when it is empty).

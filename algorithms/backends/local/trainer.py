@@ -82,7 +82,7 @@ from g2po.config import RunConfig, config_to_yaml, resolve_run_id
 from results.crashes import CRASHED_HEAVY_FRACTION, is_crashed_heavy
 from results.rundir import RunDir, atomic_write_json, atomic_write_text
 
-__all__ = ["LocalTrainer", "train"]
+__all__ = ["LocalTrainer", "train", "torch_threads"]
 
 
 def seed_everything(seed: int) -> None:
@@ -209,7 +209,8 @@ class LocalTrainer:
                    if self.eval_history else None)
         for line in self.progress.summary_lines(summary):
             self.log(line)
-        atomic_write_json(self.run.root / "timing.json", {"seconds": self.progress.seconds})
+        atomic_write_json(self.run.root / "timing.json", {"seconds": self.progress.seconds,
+                                                          "torch_threads": torch.get_num_threads()})
         return self.run
 
     def _prepare_training(self) -> None:
@@ -563,6 +564,17 @@ def _stack(store: dict[int, torch.Tensor], rows: list[int], mask: torch.Tensor) 
     return out
 
 
+def torch_threads(cfg: RunConfig) -> int:
+    """The torch intra-op threads of a run: ``model.num_threads``, or with 0 every CPU this process
+    may use (:func:`benchmarks.cpus.usable_cpus`: the affinity mask, ``SLURM_CPUS_PER_TASK`` /
+    ``G2PO_CPUS_PER_TASK`` (a sweep job's ``resources.cpus``), the cgroup quota). The model and the
+    environment workers take turns (the lock-step rollout waits for the workers), so the model may
+    use every core while it computes."""
+    from benchmarks.cpus import usable_cpus
+
+    return cfg.model.num_threads if cfg.model.num_threads > 0 else usable_cpus()
+
+
 def train(cfg: RunConfig, console=None) -> RunDir:
     """Run the local backend on ``cfg``; returns the run folder.
 
@@ -571,8 +583,7 @@ def train(cfg: RunConfig, console=None) -> RunDir:
             with status 128 + signal; the run folder says ``interrupted``, see the module
             docstring); under Submitit the preemption signal requeues the job instead.
     """
-    if cfg.model.num_threads > 0:
-        torch.set_num_threads(cfg.model.num_threads)
+    torch.set_num_threads(torch_threads(cfg))
     trainer = LocalTrainer(cfg, console=console)
     with GracefulShutdown(log=trainer.log if console is not None else None) as guard:
         try:

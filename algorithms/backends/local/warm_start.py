@@ -66,7 +66,7 @@ _NOT_WARM_START_ENV = ("eval_split", "num_workers", "worker_max_episodes", "gene
                        "generated_eval_games", "generated_eval_scenes", "state_key", "stop_after_refusals")
 #: SFT options added after warm starts were cached: at these (neutral) values they change nothing,
 #: so they stay out of the key and the caches built before them remain valid
-_NEUTRAL_SFT = {"sft_stall_prob": 0.0, "sft_recovery_prob": 0.0}
+_NEUTRAL_SFT = {"sft_stall_prob": 0.0, "sft_recovery_prob": 0.0, "sft_detour_open_prob": 0.0}
 #: settings of one benchmark (``<name>_...``) do not change another benchmark's warm start
 _BENCHMARK_PREFIXES = ("webshop", "appworld", "alfworld")
 
@@ -176,7 +176,8 @@ def _build(cfg, pool, bench, train_tasks, out: Path, progress) -> dict[str, Any]
         demos, replay_win = collect_demonstrations(
             pool, bench, demo_tasks, max_steps=cfg.env.max_steps, history_length=cfg.env.history_length,
             prompt_style=cfg.env.prompt, on_progress=lambda done, total: h.update(done, "tasks done"),
-            detour_prob=cfg.train.sft_detour_prob, stall_prob=cfg.train.sft_stall_prob,
+            detour_prob=cfg.train.sft_detour_prob, detour_open_prob=cfg.train.sft_detour_open_prob,
+            stall_prob=cfg.train.sft_stall_prob,
             recovery_prob=cfg.train.sft_recovery_prob, seed=cfg.train.warm_start_seed,
         )
     if not demos:
