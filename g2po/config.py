@@ -83,7 +83,7 @@ class EnvConfig:
     # generated-game settings (embedded default)
     generated_dir: str = "results/cache/alfworld_generated"
     generated_train_games: int = 1200
-    generated_eval_games: int = 240
+    generated_eval_games: int = 120
     generated_max_receptacles: int = 2
     # "seen": eval games on the training floor plans (new games, like ALFWorld's valid_seen,
     # the papers' in-distribution split); "unseen": ALFRED's held-out floor plans (valid_unseen)
@@ -225,7 +225,7 @@ class EvalConfig:
     """Evaluation on a fixed task panel (held-out split) at temperature 0.4."""
 
     every: int = 12  # evaluate every k iterations (and before and after training)
-    num_tasks: int = 0  # 0 = the whole split (the CPU default: its 240 generated held-out games)
+    num_tasks: int = 0  # 0 = the whole split (the CPU default: its 120 generated held-out games)
     temperature: float = 0.4
     episodes_per_task: int = 1
     # also evaluate the panel at train.temperature, before RL and after the last iteration (both

@@ -181,10 +181,15 @@ def training_rollouts(cfg, policy, pool, bench, train_tasks, iteration: int, on_
 
 def evaluate_panel(cfg, policy, pool, bench, panel, iteration: int, on_progress=None) -> dict[str, Any]:
     """The evaluation record (:func:`benchmarks.evaluation.evaluate`) of ``panel`` at
-    ``eval.temperature`` with the training step limit, response length and history.
-    ``on_progress(done_episodes, total_episodes)`` is called as episode batches finish."""
+    ``eval.temperature`` with the training step limit, response length and history, as many
+    episodes at a time as a training iteration plays (``train.groups_per_batch x
+    train.group_size``: the pool already holds that many slots; 128 episodes at once play the
+    CPU default's panel 16 % faster than 32). ``on_progress(done_episodes, total_episodes)`` is
+    called as episode batches finish."""
+    per_batch = cfg.train.groups_per_batch * cfg.train.group_size
     return evaluate(
         policy, pool, bench, panel, iteration=iteration, max_steps=cfg.env.max_steps,
+        batch_tasks=max(1, per_batch // max(1, cfg.eval.episodes_per_task)),
         temperature=cfg.eval.temperature, max_new_tokens=cfg.train.max_response_tokens,
         seed=cfg.seed + 7919, episodes_per_task=cfg.eval.episodes_per_task,
         history_length=cfg.env.history_length, prompt_style=cfg.env.prompt, on_progress=on_progress,
