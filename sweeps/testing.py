@@ -238,13 +238,18 @@ def metrics_without_timings(run_dir: str | os.PathLike) -> list[dict]:
 
 
 def reference_metrics(sweep_dir: str | os.PathLike, run_id: str, cwd: str | os.PathLike,
-                      out: str | os.PathLike, timeout: float = 600) -> list[dict]:
+                      out: str | os.PathLike, timeout: float = 600, cpus: int = 1) -> list[dict]:
     """Train ``<sweep>/configs/<run_id>.yaml`` uninterrupted into ``out`` (``g2po train
-    --config``, from ``cwd``, the launch directory) and return its metrics without timings."""
+    --config``, from ``cwd``, the launch directory) and return its metrics without timings.
+
+    The reference gets the CPUs of the sweep's job (``cpus``, its ``resources.cpus``; exported as
+    ``G2PO_CPUS_PER_TASK`` like :mod:`sweeps.job` does): with ``model.num_threads=0`` the model
+    uses that many threads, and another thread count sums in another order (other metrics)."""
     proc = subprocess.run([sys.executable, "-m", "g2po.cli", "train", "--config",
                            str(Path(sweep_dir) / "configs" / f"{run_id}.yaml"), f"output_dir={out}",
                            f"run_id={run_id}", "progress=false"],
-                          cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
+                          cwd=cwd, env=_env({"G2PO_CPUS_PER_TASK": str(cpus), "OMP_NUM_THREADS": str(cpus)}),
+                          capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"reference run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return metrics_without_timings(Path(out) / run_id)
