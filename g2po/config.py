@@ -148,7 +148,9 @@ class ModelConfig:
     # torch intra-op threads on a CPU: 0 = every CPU this process may use (benchmarks.cpus.usable_cpus:
     # affinity, SLURM_CPUS_PER_TASK / a sweep job's resources.cpus, cgroup quota). The model and the
     # environment workers take turns, so the model can use every core: on 2 idle cores an RL
-    # iteration of the CPU default takes 10 s with 2 threads and 15 s with 1 (results/proxy/README.md)
+    # iteration of the CPU default takes 10 s with 2 threads and 15 s with 1 (results/proxy/README.md).
+    # Another thread count sums in another order: the same config and seed give other numbers on a
+    # machine with other CPUs (timing.json records torch_threads); set it for bit-exact reruns
     num_threads: int = 0
 
 
