@@ -32,8 +32,10 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
+import pickle
 import sys
 import tempfile
+import zlib
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,8 @@ __all__ = [
     "ensure_alfworld_data_env",
     "install_caches",
     "uninstall_caches",
+    "load_parsed_game",
+    "save_parsed_game",
     "make_pddl_env",
     "split_intro",
     "wheel_logic_paths",
@@ -63,6 +67,17 @@ SAS_CACHE_SIZE = int(os.environ.get("G2PO_ALFWORLD_SAS_CACHE", "128"))
 PARSE_CACHE_SIZE = int(os.environ.get("G2PO_ALFWORLD_PARSE_CACHE", "8192"))
 
 _ORIGINALS: dict[str, Any] = {}
+
+#: the memos of :func:`install_caches` that a game's parsed form can be written from
+#: (:func:`save_parsed_game`) and read back into in another process (:func:`load_parsed_game`):
+#: (digest(domain), digest(problem), optimize) -> ``fast_downward.pddl2sas``'s ``(task, sas)``,
+#: and (digest(grammar), rule name) -> textworld's parse of the game's grammar.
+_SAS_MEMO: OrderedDict[tuple[bytes, bytes, bool], Any] = OrderedDict()
+_GRAMMAR_MEMO: OrderedDict[tuple[bytes, Any], Any] = OrderedDict()
+#: the grammar rule textworld's ``GameLogic`` parses a game's grammar with.
+_GRAMMAR_RULE = "pddlStart"
+#: format tag of a parsed-game file (bumped if the stored layout changes; another tag is ignored).
+PARSED_GAME_FORMAT = "g2po-alfworld-parsed/1"
 
 
 def ensure_alfworld_data_env() -> str:
@@ -98,7 +113,11 @@ def install_caches() -> None:
     - ``fast_downward.pddl2sas(domain, problem, verbose, optimize)`` -> ``(task, sas)``: LRU of
       :data:`SAS_CACHE_SIZE` entries keyed by digests of domain and problem and ``optimize``;
       ``sys.argv`` is restored after each real call. The cached ``task`` is only read by
-      ``textworld.envs.pddl.logic.PddlState``.
+      ``textworld.envs.pddl.logic.PddlState``. The generator writes each game's two
+      translations and grammar parse next to it (:func:`save_parsed_game`) and
+      :class:`~benchmarks.alfworld.env.AlfworldEnv` reads them back before a load
+      (:func:`load_parsed_game`), so a generated game is translated and parsed once, not once
+      per worker process and per eviction from these memos.
     - ``textworld.envs.pddl.logic._parse_and_convert(text, rule_name)``: the TatSu parse of a
       game's ``.twl2`` grammar into ``(actions, grammar)`` (same LRU size); ``GameLogic`` only
       reads these (it copies the rules into its own grammar), so reloading a recently played
@@ -134,25 +153,21 @@ def install_caches() -> None:
     orig_logic_parse = pddl_logic._parse_and_convert
     orig_query_parse = tw_logic._parse_and_convert
     orig_copy_context = textgen.copy_context
-    sas_cache: OrderedDict[tuple[bytes, bytes, bool], Any] = OrderedDict()
     parse_cache: OrderedDict[tuple[str, Any], Any] = OrderedDict()
-    logic_cache: OrderedDict[tuple[bytes, Any], Any] = OrderedDict()
     query_cache: OrderedDict[str, list[Any]] = OrderedDict()
 
     def pddl2sas(domain: str, problem: str, verbose: bool = False, optimize: bool = False):
         key = (_digest(domain), _digest(problem), bool(optimize))
-        hit = sas_cache.get(key)
+        hit = _SAS_MEMO.get(key)
         if hit is not None:
-            sas_cache.move_to_end(key)
+            _SAS_MEMO.move_to_end(key)
             return hit
         argv = list(sys.argv)
         try:
             result = orig_sas(domain, problem, verbose=verbose, optimize=optimize)
         finally:
             sys.argv[:] = argv
-        sas_cache[key] = result
-        while len(sas_cache) > SAS_CACHE_SIZE:
-            sas_cache.popitem(last=False)
+        _remember(_SAS_MEMO, key, result)
         return result
 
     def parse_and_convert(text, rule_name=None, **kwargs):
@@ -173,14 +188,12 @@ def install_caches() -> None:
         if kwargs:
             return orig_logic_parse(text, rule_name=rule_name, **kwargs)
         key = (_digest(text), rule_name)
-        hit = logic_cache.get(key)
+        hit = _GRAMMAR_MEMO.get(key)
         if hit is None:
             hit = orig_logic_parse(text, rule_name=rule_name)
-            logic_cache[key] = hit
-            while len(logic_cache) > SAS_CACHE_SIZE:
-                logic_cache.popitem(last=False)
+            _remember(_GRAMMAR_MEMO, key, hit)
         else:
-            logic_cache.move_to_end(key)
+            _GRAMMAR_MEMO.move_to_end(key)
         return hit
 
     def query_parse_and_convert(*args, **kwargs):
@@ -221,6 +234,80 @@ def install_caches() -> None:
     textgen.copy_context = copy_context
 
 
+def _remember(memo: OrderedDict, key: Any, value: Any) -> None:
+    memo[key] = value
+    memo.move_to_end(key)
+    while len(memo) > SAS_CACHE_SIZE:
+        memo.popitem(last=False)
+
+
+def save_parsed_game(path: str | os.PathLike[str], game: dict[str, Any]) -> bool:
+    """Write what loading ``game`` computed (its two PDDL->SAS translations, for the two
+    ``optimize`` settings textworld's ``PddlState`` asks for, and the parse of its grammar) to
+    ``path``, so that a later load of the game in any process skips fast-downward's translation
+    and TatSu's grammar parse: on a generated scene ~80 ms of the ~135 ms CPU a load-and-replay
+    takes (``tests/test_alfworld_parsed.py`` checks the replay is the same).
+
+    Args:
+        path: the file to write (atomically: a temporary file, then a rename); by convention
+            :data:`benchmarks.alfworld.games.PARSED_FILE` next to the game file.
+        game: the game file's JSON object (``pddl_domain``, ``pddl_problem``, ``grammar``), just
+            loaded in this process (the memos are keyed by digests of these texts).
+
+    Returns:
+        ``True`` when everything was in the memos and was written; ``False`` (nothing written)
+        when the caches are not installed or the game was not loaded in this process.
+    """
+    if not _ORIGINALS:
+        return False
+    dd, pd = _digest(game["pddl_domain"]), _digest(game["pddl_problem"])
+    grammar_key = (_digest(game["grammar"]), _GRAMMAR_RULE)
+    sas = {(dd, pd, opt): _SAS_MEMO.get((dd, pd, opt)) for opt in (False, True)}
+    grammar = _GRAMMAR_MEMO.get(grammar_key)
+    if grammar is None or any(v is None for v in sas.values()):
+        return False
+    blob = pickle.dumps({"format": PARSED_GAME_FORMAT, "sas": sas, "grammar": {grammar_key: grammar}},
+                        protocol=pickle.HIGHEST_PROTOCOL)
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(zlib.compress(blob, 1))
+    os.replace(tmp, path)
+    return True
+
+
+def load_parsed_game(path: str | os.PathLike[str]) -> bool:
+    """Put what :func:`save_parsed_game` wrote into the memos, so that the next ``load`` of that
+    game takes it instead of translating and parsing again.
+
+    The entries keep the digests of the texts they were made from, so they can only ever answer
+    for exactly those texts: a file left over from an older version of the game is harmless (its
+    entries are never asked for). A missing, unreadable, truncated or foreign file is ignored and
+    the game is parsed as usual. The file is a pickle: only files this project's generator wrote
+    into a games folder are read, never downloaded data.
+
+    Returns:
+        ``True`` when the entries were added; ``False`` when the file is missing or ignored, or
+        the caches are not installed.
+    """
+    if not _ORIGINALS:
+        return False
+    try:
+        data = pickle.loads(zlib.decompress(Path(path).read_bytes()))
+    except (OSError, zlib.error, pickle.UnpicklingError, EOFError, AttributeError, ImportError,
+            ValueError, TypeError):
+        return False
+    if not isinstance(data, dict) or data.get("format") != PARSED_GAME_FORMAT:
+        return False
+    sas, grammar = data.get("sas"), data.get("grammar")
+    if not isinstance(sas, dict) or not isinstance(grammar, dict) or len(sas) != 2 or len(grammar) != 1:
+        return False
+    for key, value in sas.items():
+        _remember(_SAS_MEMO, key, value)
+    for key, value in grammar.items():
+        _remember(_GRAMMAR_MEMO, key, value)
+    return True
+
+
 def uninstall_caches() -> None:
     """Undo :func:`install_caches` (for tests comparing the plain and the faster engine)."""
     if not _ORIGINALS:
@@ -230,6 +317,8 @@ def uninstall_caches() -> None:
     import textworld.envs.pddl.textgen as textgen
     import textworld.logic as tw_logic
 
+    _SAS_MEMO.clear()
+    _GRAMMAR_MEMO.clear()
     fast_downward.pddl2sas = _ORIGINALS.pop("pddl2sas")
     textgen._parse_and_convert = _ORIGINALS.pop("parse")
     pddl_logic._parse_and_convert = _ORIGINALS.pop("logic_parse")

@@ -3,7 +3,9 @@
 One instance plays one episode at a time and can reset to any game file; the engine is built
 once (one fast-downward library copy per instance) and a game is (re)loaded only when the
 requested game file (path, modification time, size) differs from the loaded one (textworld's ``PddlEnv.reset`` rebuilds the game
-state from the cached problem translation, see :mod:`benchmarks.alfworld.engine`).
+state from the cached problem translation, see :mod:`benchmarks.alfworld.engine`). A generated
+game's translations and grammar parse are read from its ``game.parsed.pkl`` (written by the
+generator) when there is one.
 
 Observation fields (``benchmarks.base.Observation``):
 - ``text``: after ``reset`` the initial observation without the banner and the task
@@ -31,7 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.alfworld.engine import make_pddl_env, split_intro
+from benchmarks.alfworld.engine import load_parsed_game, make_pddl_env, split_intro
+from benchmarks.alfworld.games import PARSED_FILE
 from benchmarks.alfworld.state_keys import NOTHING_HAPPENS, StateKeyRule, make_state_key
 from benchmarks.base import Environment, Observation, Task
 
@@ -93,6 +96,8 @@ class AlfworldEnv(Environment):
         version = (game, stat.st_mtime_ns, stat.st_size)
         if self._loaded_version != version:
             self._loaded = self._loaded_version = None
+            if self._caches:  # a generated game's stored parse (absent: parsed here)
+                load_parsed_game(Path(game).with_name(PARSED_FILE))
             self._env.load(game)
             self._loaded, self._loaded_version = game, version
         state = self._env.reset()

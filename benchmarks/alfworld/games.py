@@ -60,6 +60,9 @@ SHORT_NAMES: dict[str, str] = {
 
 GAME_FILE = "game.tw-pddl"
 TRAJ_FILE = "traj_data.json"
+#: the generator's parsed form of a game (PDDL->SAS translations, grammar parse), next to its
+#: GAME_FILE (:func:`benchmarks.alfworld.engine.save_parsed_game`); optional, official games have none.
+PARSED_FILE = "game.parsed.pkl"
 DATA_FOLDER = "json_2.1.1"
 DOWNLOAD_HINT = (
     "run `g2po data download alfworld` (or download ALFWorld's json_2.1.1 games yourself and "

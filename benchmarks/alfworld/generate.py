@@ -80,9 +80,10 @@ from benchmarks.alfworld.engine import (
     ensure_alfworld_data_env,
     install_caches,
     make_pddl_env,
+    save_parsed_game,
     wheel_logic_paths,
 )
-from benchmarks.alfworld.games import DATA_FOLDER, GAME_FILE, TASK_TYPES, TRAJ_FILE
+from benchmarks.alfworld.games import DATA_FOLDER, GAME_FILE, PARSED_FILE, TASK_TYPES, TRAJ_FILE
 from benchmarks.shutdown import check_stop
 
 __all__ = [
@@ -547,6 +548,8 @@ def _generate_one(job: tuple[str, str, int, int, str, int, str]) -> tuple[int, s
             },
         }
         (game_dir / TRAJ_FILE).write_text(json.dumps(traj, indent=1), encoding="utf-8")
+        # what the planner's load just translated and parsed: every later load reads it
+        save_parsed_game(game_dir / PARSED_FILE, game)
         return k, str(game_path), seconds, attempt + 1, cpu_seconds
     raise GenerationError(
         f"could not generate a solvable {task_type} game #{k} of split {split!r} "

@@ -1,0 +1,129 @@
+"""A generated game's stored parse (``game.parsed.pkl``: PDDL->SAS translations and grammar
+parse, :func:`benchmarks.alfworld.engine.save_parsed_game`): written by the generator, read
+back before a load so the engine neither translates nor parses again, and the game plays exactly
+as when it is translated and parsed from scratch; a stale, foreign or damaged file is ignored."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from benchmarks.alfworld import engine
+from benchmarks.alfworld.env import AlfworldEnv
+from benchmarks.alfworld.games import PARSED_FILE, find_games
+from benchmarks.alfworld.generate import generate_games
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def games(tmp_path_factory):
+    out = tmp_path_factory.mktemp("alfparsed")
+    generate_games(out, "train", 3, seed=11, max_receptacles=4, workers=1)
+    return sorted(find_games(out, "train"), key=lambda t: t.task_id)
+
+
+def _fresh_memos() -> None:
+    """An engine that has parsed nothing yet (as in a new worker process)."""
+    engine.uninstall_caches()
+    engine.install_caches()
+
+
+@pytest.fixture
+def count_translations(monkeypatch):
+    """Counts fast-downward translations and grammar parses actually run."""
+    import fast_downward.translate.translate as fd_translate
+    import textworld.envs.pddl.logic as pddl_logic
+
+    calls = {"sas": 0, "grammar": 0}
+    real_sas = fd_translate.pddl_to_sas
+
+    def sas(*a, **k):
+        calls["sas"] += 1
+        return real_sas(*a, **k)
+
+    monkeypatch.setattr(fd_translate, "pddl_to_sas", sas)
+    real_parse = pddl_logic._parse_and_convert if not engine._ORIGINALS else engine._ORIGINALS["logic_parse"]
+
+    def parse(text, rule_name=None, **k):
+        calls["grammar"] += 1
+        return real_parse(text, rule_name=rule_name, **k)
+
+    engine.uninstall_caches()
+    monkeypatch.setattr(pddl_logic, "_parse_and_convert", parse)
+    engine.install_caches()  # the memoizing wrappers call the counting original
+    yield calls
+    engine.uninstall_caches()
+    monkeypatch.undo()
+    engine.install_caches()
+
+
+def _play(task, actions=None, seed=0):
+    """Observation texts, admissible actions, rewards along the walkthrough with random detours."""
+    env = AlfworldEnv(state_key="raw")
+    walkthrough = json.loads(Path(task.payload).read_text())["walkthrough"]
+    rng = random.Random(seed)
+    obs = env.reset(task)
+    out = [(obs.text, tuple(obs.admissible_actions))]
+    taken = []
+    plan = iter(walkthrough)
+    for i in range(40):
+        a = actions[i] if actions is not None else (
+            next(plan, None) if i % 2 else rng.choice(obs.admissible_actions))
+        if a is None:
+            break
+        taken.append(a)
+        obs = env.step(a)
+        out.append((obs.text, tuple(obs.admissible_actions), obs.reward, obs.done))
+        if obs.done or (actions is not None and i + 1 == len(actions)):
+            break
+    env.close()
+    return out, taken
+
+
+def test_generator_writes_the_parsed_game_of_every_game(games):
+    assert len(games) == 3
+    for task in games:
+        parsed = Path(task.payload).with_name(PARSED_FILE)
+        assert parsed.is_file() and parsed.stat().st_size > 1000
+
+
+def test_a_load_with_the_parsed_game_plays_the_same_without_translating(games, count_translations):
+    for task in games:
+        _fresh_memos()
+        # from scratch: the parsed file hidden
+        parsed = Path(task.payload).with_name(PARSED_FILE)
+        hidden = parsed.with_name("hidden.pkl")
+        parsed.rename(hidden)
+        try:
+            before = dict(count_translations)
+            scratch, actions = _play(task)
+            assert count_translations["sas"] - before["sas"] == 2  # optimize off and on
+            assert count_translations["grammar"] - before["grammar"] == 1
+        finally:
+            hidden.rename(parsed)
+        _fresh_memos()
+        before = dict(count_translations)
+        stored, _ = _play(task, actions)
+        assert count_translations == before, "the stored parse was not used"
+        assert stored == scratch
+        assert len(actions) >= 4 and scratch[-1][-1] in (True, False)
+
+
+def test_a_damaged_or_foreign_parsed_file_is_ignored(games, tmp_path, count_translations):
+    task, other = games[0], games[1]
+    scratch, actions = _play(task)
+    game_dir = tmp_path / "game"
+    shutil.copytree(Path(task.payload).parent, game_dir)
+    copy = type(task)(task.task_id, task.task_type, task.env, str(game_dir / Path(task.payload).name))
+    for content in (b"not a pickle", b"", Path(other.payload).with_name(PARSED_FILE).read_bytes()):
+        (game_dir / PARSED_FILE).write_bytes(content)
+        _fresh_memos()
+        before = count_translations["sas"]
+        assert engine.load_parsed_game(game_dir / PARSED_FILE) is (len(content) > 100)
+        assert _play(copy, actions)[0] == scratch
+        assert count_translations["sas"] - before == 2  # translated as usual
