@@ -9,7 +9,9 @@ Usage::
 Plays ``--episodes`` episodes per game with uniformly random admissible actions (seeded) for
 ``--steps`` steps or until won, through :class:`benchmarks.alfworld.env.AlfworldEnv`, and prints
 the first reset of each game (load + translate), repeated resets (cached) and steps/s. With
-generated games it also prints the generation time per game.
+generated games it also prints the generation time per game and the first reset of a game the
+worker has not played (per-game memos empty, :func:`benchmarks.alfworld.engine.forget_games`),
+with the generator's stored parse (``game.parsed.pkl``) and without it.
 """
 
 from __future__ import annotations
@@ -21,8 +23,31 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.alfworld import engine
 from benchmarks.alfworld.env import AlfworldEnv
-from benchmarks.alfworld.games import TASK_TYPES, find_games
+from benchmarks.alfworld.games import PARSED_FILE, TASK_TYPES, find_games
+
+
+def fresh_worker_reset_s(tasks, *, parsed: bool) -> float:
+    """Mean seconds of a reset of each of ``tasks`` by an engine that has not played them (its
+    per-game memos emptied), with the games' stored parse read (``parsed``) or hidden."""
+    env = AlfworldEnv(state_key="reference")
+    times = []
+    for task in tasks:
+        stored = Path(task.payload).with_name(PARSED_FILE)
+        hidden = stored.with_name(f".{PARSED_FILE}.hidden")
+        if not parsed and stored.exists():
+            stored.rename(hidden)
+        try:
+            engine.forget_games()
+            t0 = time.perf_counter()
+            env.reset(task)
+            times.append(time.perf_counter() - t0)
+        finally:
+            if hidden.exists():
+                hidden.rename(stored)
+    env.close()
+    return statistics.mean(times)
 
 
 def run(
@@ -78,6 +103,9 @@ def run(
                         break
         cpu = time.process_time() - cpu0
         env.close()
+        if data is None:
+            results["fresh_reset_parsed_s"] = fresh_worker_reset_s(chosen, parsed=True)
+            results["fresh_reset_unparsed_s"] = fresh_worker_reset_s(chosen, parsed=False)
     wall = sum(first_resets) + sum(resets) + sum(step_times)
     results.update(
         games=len(chosen),
@@ -96,7 +124,10 @@ def run(
         f"  reset (game loaded):     {results['reset_s'] * 1000:.0f} ms\n"
         f"  step:                    {results['step_s'] * 1000:.1f} ms  -> {results['steps_per_s']:.1f} steps/s "
         f"(CPU time {results['step_cpu_s'] * 1000:.1f} ms/step -> {1 / results['step_cpu_s']:.1f} steps/s per core)\n"
-        f"  random-policy wins:      {wins}\n"
+        + (f"  first reset, new game:   {results['fresh_reset_parsed_s'] * 1000:.0f} ms with the stored parse "
+           f"({PARSED_FILE}), {results['fresh_reset_unparsed_s'] * 1000:.0f} ms without\n"
+           if "fresh_reset_parsed_s" in results else "")
+        + f"  random-policy wins:      {wins}\n"
         f"  CPU time / wall time:    {results['cpu_share']:.2f} (well below 1 = other processes compete for the CPU)"
     )
     return results

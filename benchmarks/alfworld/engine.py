@@ -46,6 +46,7 @@ __all__ = [
     "ensure_alfworld_data_env",
     "install_caches",
     "uninstall_caches",
+    "forget_games",
     "load_parsed_game",
     "save_parsed_game",
     "make_pddl_env",
@@ -308,6 +309,13 @@ def load_parsed_game(path: str | os.PathLike[str]) -> bool:
     return True
 
 
+def forget_games() -> None:
+    """Empty the per-game memos (translations and grammar parses; the small snippet and
+    condition memos stay): the engine then loads any game as one it has never played."""
+    _SAS_MEMO.clear()
+    _GRAMMAR_MEMO.clear()
+
+
 def uninstall_caches() -> None:
     """Undo :func:`install_caches` (for tests comparing the plain and the faster engine)."""
     if not _ORIGINALS:
@@ -317,8 +325,7 @@ def uninstall_caches() -> None:
     import textworld.envs.pddl.textgen as textgen
     import textworld.logic as tw_logic
 
-    _SAS_MEMO.clear()
-    _GRAMMAR_MEMO.clear()
+    forget_games()
     fast_downward.pddl2sas = _ORIGINALS.pop("pddl2sas")
     textgen._parse_and_convert = _ORIGINALS.pop("parse")
     pddl_logic._parse_and_convert = _ORIGINALS.pop("logic_parse")
