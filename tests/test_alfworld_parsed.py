@@ -6,8 +6,10 @@ as when it is translated and parsed from scratch; a stale, foreign or damaged fi
 from __future__ import annotations
 
 import json
+import pickle
 import random
 import shutil
+import zlib
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,8 @@ import pytest
 from benchmarks.alfworld import engine
 from benchmarks.alfworld.env import AlfworldEnv
 from benchmarks.alfworld.games import PARSED_FILE, find_games
-from benchmarks.alfworld.generate import generate_games
+from benchmarks.alfworld.generate import ensure_generated, generate_games
+from g2po.config import EnvConfig
 
 pytestmark = pytest.mark.slow
 
@@ -127,3 +130,31 @@ def test_a_damaged_or_foreign_parsed_file_is_ignored(games, tmp_path, count_tran
         assert engine.load_parsed_game(game_dir / PARSED_FILE) is (len(content) > 100)
         assert _play(copy, actions)[0] == scratch
         assert count_translations["sas"] - before == 2  # translated as usual
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_folder_generated_before_stored_parses_gets_them_once(tmp_path, workers):
+    cfg = EnvConfig(generated_dir=str(tmp_path / "gen"), generated_train_games=3, generated_eval_games=1,
+                    generated_max_receptacles=3, task_types=["pick_and_place_simple"])
+    root = ensure_generated(cfg, workers=1, progress=False)
+    manifest = json.loads((root / "manifest.json").read_text())
+    assert manifest["parsed"] == engine.PARSED_GAME_FORMAT
+    parsed = sorted(root.rglob(PARSED_FILE))
+    assert len(parsed) == 4
+    original = {p: p.read_bytes() for p in parsed}
+    games = {p: p.with_name("game.tw-pddl").read_bytes() for p in parsed}
+    # as the generator left a folder before it stored parses
+    for p in parsed:
+        p.unlink()
+    del manifest["parsed"]
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    assert ensure_generated(cfg, workers=workers, progress=False) == root
+    assert json.loads((root / "manifest.json").read_text())["parsed"] == engine.PARSED_GAME_FORMAT
+    for p in parsed:
+        assert p.with_name("game.tw-pddl").read_bytes() == games[p]  # the games are untouched
+        new, old = (pickle.loads(zlib.decompress(b)) for b in (p.read_bytes(), original[p]))
+        assert new["grammar"].keys() == old["grammar"].keys()
+        assert {k: v[1] for k, v in new["sas"].items()} == {k: v[1] for k, v in old["sas"].items()}
+    stamp = (root / "manifest.json").stat().st_mtime_ns
+    assert ensure_generated(cfg, workers=workers, progress=False) == root
+    assert (root / "manifest.json").stat().st_mtime_ns == stamp  # once
