@@ -133,7 +133,7 @@ def test_a_damaged_or_foreign_parsed_file_is_ignored(games, tmp_path, count_tran
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_a_folder_generated_before_stored_parses_gets_them_once(tmp_path, workers):
+def test_a_folder_generated_before_stored_parses_gets_them_once(tmp_path, workers, capsys):
     cfg = EnvConfig(generated_dir=str(tmp_path / "gen"), generated_train_games=3, generated_eval_games=1,
                     generated_max_receptacles=3, task_types=["pick_and_place_simple"])
     root = ensure_generated(cfg, workers=1, progress=False)
@@ -148,7 +148,8 @@ def test_a_folder_generated_before_stored_parses_gets_them_once(tmp_path, worker
         p.unlink()
     del manifest["parsed"]
     (root / "manifest.json").write_text(json.dumps(manifest))
-    assert ensure_generated(cfg, workers=workers, progress=False) == root
+    assert ensure_generated(cfg, workers=workers, progress=True) == root
+    assert "storing the parse of ALFWorld games" in capsys.readouterr().err
     assert json.loads((root / "manifest.json").read_text())["parsed"] == engine.PARSED_GAME_FORMAT
     for p in parsed:
         assert p.with_name("game.tw-pddl").read_bytes() == games[p]  # the games are untouched

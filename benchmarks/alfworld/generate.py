@@ -813,12 +813,12 @@ def ensure_generated(cfg: Any, *, workers: int = 0, progress: bool = True) -> Pa
     settings = generated_settings(cfg)
     manifest = _read_manifest(root)
     if _complete(root, manifest, settings):
-        return _with_parses(root, workers=workers)
+        return _with_parses(root, workers=workers, progress=progress)
     if manifest and _complete(root, manifest, manifest.get("settings")):
         key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
         root = root.with_name(f"{root.name}-{key}")  # never replace games a run may be playing
         if _complete(root, _read_manifest(root), settings):
-            return _with_parses(root, workers=workers)
+            return _with_parses(root, workers=workers, progress=progress)
     root.parent.mkdir(parents=True, exist_ok=True)
     with open(root.parent / f"{root.name}.lock", "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
@@ -827,7 +827,7 @@ def ensure_generated(cfg: Any, *, workers: int = 0, progress: bool = True) -> Pa
         return _generate_into(root, settings, workers=workers, progress=progress)
 
 
-def _with_parses(root: Path, *, workers: int) -> Path:
+def _with_parses(root: Path, *, workers: int, progress: bool) -> Path:
     """A complete games folder generated before the generator stored each game's parse
     (``manifest.json`` without ``"parsed"``): store them now, once (~0.1 s CPU per game; the
     games themselves do not change, so runs already playing them are unaffected), then record
@@ -843,12 +843,23 @@ def _with_parses(root: Path, *, workers: int) -> Path:
                        if not g.with_name(PARSED_FILE).is_file())
         t0 = time.perf_counter()
         n_workers = max(1, min(workers or (os.cpu_count() or 1), math.ceil(len(games) / 16)))
+        bar = _progress(len(games), "storing the parse of ALFWorld games generated before it was stored (once)",
+                        progress and bool(games))
+        stored = 0
         if n_workers == 1:
-            stored = sum(map(_store_parse, games))
+            results = map(_store_parse, games)
         else:
             install_caches()
-            with ProcessPoolExecutor(max_workers=n_workers, mp_context=_mp_context()) as ex:
-                stored = sum(ex.map(_store_parse, games, chunksize=16))
+            ex = ProcessPoolExecutor(max_workers=n_workers, mp_context=_mp_context())
+            results = ex.map(_store_parse, games, chunksize=16)
+        try:
+            for ok in results:
+                stored += ok
+                bar.update(1)
+        finally:
+            if n_workers > 1:
+                ex.shutdown(wait=True, cancel_futures=True)
+            bar.close()
         log.info("stored the parse of %d of %d ALFWorld games generated before the generator "
                  "stored them (%s), in %.1f s", stored, len(games), root, time.perf_counter() - t0)
         manifest["parsed"] = PARSED_GAME_FORMAT
