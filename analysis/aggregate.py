@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.naming import ALFWORLD_TASK_TYPES, TASK_TYPE_METRIC, env_metric_names
+from analysis.naming import ALFWORLD_TASK_TYPES, TASK_TYPE_METRIC, env_metric_names, method_sort_key
 from results.stats import DEFAULT_N_BOOT, bootstrap_ci
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "DEFAULT_N_BOOT",
     "GROUP_COLUMNS",
     "improvement_over_warm_start",
+    "method_differences",
 ]
 
 #: The cell of a table: which rows of ``metrics_long`` are seeds of the same thing.
@@ -332,3 +333,87 @@ def improvement_over_warm_start(
                      "before": b_mean, "final": f_mean, "improvement": 100 * d,
                      "ci_low": 100 * lo, "ci_high": 100 * hi, "ci_kind": kind})
     return pd.DataFrame(rows)
+
+
+def _final_episodes(path: str, at_train_temperature: bool) -> dict[str, float] | None:
+    """Task id -> success of a run's final evaluation (``eval.json``), or None without records."""
+    import json
+
+    try:
+        ev = json.loads((Path(path) / "eval.json").read_text())
+        if at_train_temperature:
+            ev = ev["at_train_temperature"]
+        eps = ev["final"]["episodes"]
+        out = {str(e[0]): float(e[1]) for e in eps}
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+    return out if len(out) == len(eps) and len(out) >= 2 else None
+
+
+def method_differences(
+    runs: pd.DataFrame,
+    *,
+    confidence: float = 0.95,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    at_train_temperature: bool = False,
+) -> pd.DataFrame:
+    """Final held-out success of one method minus another's, paired by seed and panel episode.
+
+    For every two methods of the same (env, model size) that share seeds, the runs of a common
+    seed played the same held-out panel after RL (the same tasks; the episodes are matched by
+    task id, so the two panels must hold the same tasks); the difference ``method - baseline`` is
+    the mean over common seeds and episodes, with the two-level paired bootstrap CI of
+    :func:`results.stats.paired_improvement_ci` (seeds, then episodes; the baseline's final
+    evaluation plays the role of "before"). Pairing by seed only removes noise when both methods
+    started RL from the same warm start and panel, as in a sweep with a shared warm start. Runs
+    without per-episode records, duplicated seeds or panels of other tasks are left out; a pair
+    with fewer than one common seed is not reported.
+
+    Args:
+        runs: :attr:`analysis.load.LoadedRuns.runs` (``path``, ``seed`` and identity columns).
+        at_train_temperature: compare the panels played at the training temperature
+            (``eval.json`` ``at_train_temperature``) instead.
+
+    Returns:
+        One row per pair of methods, ``method`` the later of the two in the tables' row order
+        (:data:`analysis.naming.METHOD_ORDER`, e.g. G2PO after GRPO): ``env, model_size,
+        method_label, baseline_label, seeds, method_final, baseline_final, difference, ci_low,
+        ci_high`` (success values in %, difference in points).
+    """
+    from results.stats import paired_improvement_ci
+
+    cols = ["env", "model_size", "method_label", "baseline_label", "seeds", "method_final",
+            "baseline_final", "difference", "ci_low", "ci_high"]
+    if runs is None or runs.empty or "seed" not in runs or "path" not in runs:
+        return pd.DataFrame(columns=cols)
+    train = runs[runs["kind"] == "train"] if "kind" in runs else runs
+    rows = []
+    for (env, size), grp in train.groupby(["env", "model_size"], sort=True):
+        finals: dict[str, dict[int, dict[str, float]]] = {}
+        for label, mgrp in grp.groupby("method_label", sort=True):
+            by_seed = {}
+            for s_, p in zip(mgrp["seed"], mgrp["path"]):
+                eps = _final_episodes(p, at_train_temperature)
+                if eps is not None and not pd.isna(s_) and int(s_) not in by_seed:
+                    by_seed[int(s_)] = eps
+            if by_seed:
+                finals[str(label)] = by_seed
+        labels = sorted(finals, key=method_sort_key)  # the paper's row order: later minus earlier
+        for i, base in enumerate(labels):
+            for meth in labels[i + 1:]:
+                common = sorted(s_ for s_ in set(finals[base]) & set(finals[meth])
+                                if finals[base][s_].keys() == finals[meth][s_].keys())
+                if not common:
+                    continue
+                tasks = [sorted(finals[base][s_]) for s_ in common]
+                if len({len(t) for t in tasks}) != 1:
+                    continue
+                b = [[finals[base][s_][t] for t in ts] for s_, ts in zip(common, tasks)]
+                m = [[finals[meth][s_][t] for t in ts] for s_, ts in zip(common, tasks)]
+                d, lo, hi = paired_improvement_ci(b, m, confidence=confidence, n_boot=n_boot, seed=seed)
+                rows.append({"env": env, "model_size": size, "method_label": meth, "baseline_label": base,
+                             "seeds": len(common), "method_final": 100 * float(np.mean(m)),
+                             "baseline_final": 100 * float(np.mean(b)), "difference": 100 * d,
+                             "ci_low": 100 * lo, "ci_high": 100 * hi})
+    return pd.DataFrame(rows, columns=cols)

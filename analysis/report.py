@@ -38,6 +38,7 @@ from analysis.aggregate import (
     aggregate_iqm,
     aggregate_metrics,
     improvement_over_warm_start,
+    method_differences,
     metrics_long,
 )
 from analysis.load import LoadedRuns, load_runs
@@ -125,6 +126,8 @@ def build_report(
     improvement = improvement_over_warm_start(loaded.runs, confidence=confidence, n_boot=n_boot, seed=seed)
     improvement_t = improvement_over_warm_start(loaded.runs, confidence=confidence, n_boot=n_boot, seed=seed,
                                                 at_train_temperature=True)
+    differences = {t: method_differences(loaded.runs, confidence=confidence, n_boot=n_boot, seed=seed,
+                                         at_train_temperature=t) for t in (False, True)}
 
     tables: dict[str, Table] = {
         "table1": build_table(cells, reference, TABLE1),
@@ -145,6 +148,10 @@ def build_report(
     improvement.to_csv(out / "improvement.csv", index=False)
     if not improvement_t.empty:
         improvement_t.to_csv(out / "improvement_at_train_temperature.csv", index=False)
+    if not differences[False].empty:
+        differences[False].to_csv(out / "differences.csv", index=False)
+    if not differences[True].empty:
+        differences[True].to_csv(out / "differences_at_train_temperature.csv", index=False)
 
     figs: dict[str, Path | None] = {}
     fig_dir = out / "figures"
@@ -162,7 +169,7 @@ def build_report(
         graphs = report_state_graphs(loaded.runs, fig_dir)
 
     text = _render(results_dir, out, loaded, cells, iqm_df, tables, figs, which, confidence, n_boot, seed, figures,
-                   improvement, graphs, improvement_t)
+                   improvement, graphs, improvement_t, differences)
     path = out / "report.md"
     path.write_text(text, encoding="utf-8")
     return ReportResult(path, loaded, cells, tables, figs)
@@ -257,6 +264,18 @@ def _improvement_section(imp: pd.DataFrame | None) -> str:
     return _md_table(df)
 
 
+def _differences_section(diff: pd.DataFrame) -> str:
+    df = pd.DataFrame({
+        "env": diff["env"], "size": diff["model_size"],
+        "method minus baseline": [f"{m} - {b}" for m, b in zip(diff["method_label"], diff["baseline_label"])],
+        "common seeds": diff["seeds"], "method final (%)": diff["method_final"].map(_fmt),
+        "baseline final (%)": diff["baseline_final"].map(_fmt),
+        "difference (points)": diff["difference"].map(lambda v: f"{v:+.1f}"),
+        "CI": [f"[{_fmt(a)}, {_fmt(b)}]" for a, b in zip(diff["ci_low"], diff["ci_high"])],
+    })
+    return _md_table(df)
+
+
 def _missing_lines(tables: dict[str, Table]) -> list[str]:
     lines = []
     for name in ("table1", "table2"):
@@ -289,6 +308,7 @@ def _render(
     improvement: pd.DataFrame | None = None,
     graphs: tuple[list, list] = ([], []),
     improvement_t: pd.DataFrame | None = None,
+    differences: dict[bool, pd.DataFrame] | None = None,
 ) -> str:
     runs = loaded.runs
     n_runs = len(runs)
@@ -339,6 +359,22 @@ def _render(
             "same CI. File: `improvement_at_train_temperature.csv`.",
             "",
             _improvement_section(improvement_t).rstrip("\n"),
+            "",
+        ]
+    for at_t, diff in sorted((differences or {}).items()):
+        if diff is None or diff.empty:
+            continue
+        md += [
+            "## Differences between methods, paired by seed" + (" (at the training temperature)" if at_t else ""),
+            "",
+            "Final held-out success of the later method in the table order minus the earlier one's, over "
+            "the seeds both ran, with a "
+            f"{pct} % paired bootstrap CI (seeds, then panel episodes matched by task; "
+            "`analysis.aggregate.method_differences`). Pairing by seed is meaningful when the runs of a seed "
+            "start RL from the same warm start and play the same panel (a shared warm-start cache). File: "
+            + ("`differences_at_train_temperature.csv`." if at_t else "`differences.csv`."),
+            "",
+            _differences_section(diff).rstrip("\n"),
             "",
         ]
     md += [

@@ -166,3 +166,41 @@ def test_improvement_over_warm_start_at_the_panel_and_at_the_training_temperatur
     runs = pd.concat([runs, pd.DataFrame([_eval_file(tmp_path / "s2", [0, 0, 0, 0], [1, 1, 1, 1])])])
     assert improvement_over_warm_start(runs, n_boot=200, at_train_temperature=True).empty
     assert len(improvement_over_warm_start(runs, n_boot=200)) == 1
+
+
+def test_method_differences_pair_runs_by_seed_and_task(tmp_path):
+    from analysis.aggregate import method_differences
+
+    def run(name, method, seed, final, order=None):
+        row = _eval_file(tmp_path / name, [0, 0, 0, 0], final)
+        if order is not None:  # the same panel recorded in another order
+            import json
+
+            ev = json.loads((tmp_path / name / "eval.json").read_text())
+            ev["final"]["episodes"] = [ev["final"]["episodes"][i] for i in order]
+            (tmp_path / name / "eval.json").write_text(json.dumps(ev))
+        return {**row, "method_label": method, "seed": seed}
+
+    runs = pd.DataFrame([
+        run("g0", "GRPO", 0, [1, 0, 0, 0]), run("g1", "GRPO", 1, [1, 1, 0, 0]),
+        run("p0", "G2PO", 0, [1, 1, 0, 1], order=[3, 2, 1, 0]), run("p1", "G2PO", 1, [1, 1, 1, 1]),
+        run("p2", "G2PO", 2, [0, 0, 0, 0]),  # no GRPO run of seed 2: not paired
+    ])
+    d = method_differences(runs, n_boot=500)
+    assert len(d) == 1
+    row = d.iloc[0]
+    # the paper's order: G2PO minus GRPO; seeds 0 and 1: (75 - 25) and (100 - 50) -> +50 points
+    assert (row["method_label"], row["baseline_label"], row["seeds"]) == ("G2PO", "GRPO", 2)
+    assert [row["method_final"], row["baseline_final"], row["difference"]] == pytest.approx([87.5, 37.5, 50.0])
+    # per-episode differences (seed 0: 0, 1, 0, 1; seed 1: 0, 0, 1, 1) are all 0 or 1: the CI stays in [0, 100]
+    assert 0.0 <= row["ci_low"] < 50.0 < row["ci_high"] <= 100.0
+    # the other temperature has no records here; other tasks in one panel: no pair
+    assert method_differences(runs, n_boot=100, at_train_temperature=True).empty
+    other = run("x1", "GRPO", 1, [1, 1, 0, 0])
+    import json
+
+    ev = json.loads((tmp_path / "x1" / "eval.json").read_text())
+    ev["final"]["episodes"][0][0] = "another task"
+    (tmp_path / "x1" / "eval.json").write_text(json.dumps(ev))
+    d = method_differences(pd.DataFrame([runs.iloc[3].to_dict(), other]), n_boot=100)
+    assert d.empty
