@@ -40,6 +40,7 @@ __all__ = [
 
 PRESET_DIR = Path(__file__).parent / "presets"
 RL_TASK_POOLS = ("all", "without_demos")  # train.rl_tasks
+OLD_LOGPROBS = ("auto", "recompute", "sampler")  # train.old_logprobs
 
 
 
@@ -78,8 +79,11 @@ class EnvConfig:
     refused_is_invalid: bool = False
     num_workers: int = 0  # 0 = one per CPU this process may use (affinity, SLURM, cgroup quota)
     # recycle an environment worker process after it started this many episodes (0 = never);
-    # bounds the memory environment libraries keep per game (benchmarks/workers.py)
-    worker_max_episodes: int = 256
+    # bounds the memory environment libraries keep per game (benchmarks/workers.py; ALFWorld
+    # ~1.4 MiB per distinct game). The CPU proxy's 2 workers start 64 episodes each per iteration
+    # on 16 games: 1024 recycles every 16 iterations (~0.4 GB per worker; a recycle costs ~2.5 s
+    # of process start-up); the GPU presets, with many more workers, keep 256
+    worker_max_episodes: int = 1024
     # generated-game settings (embedded default)
     generated_dir: str = "results/cache/alfworld_generated"
     generated_train_games: int = 1200
@@ -175,6 +179,12 @@ class TrainConfig:
     mini_batch_size: int = 128  # step samples per optimizer step
     micro_batch_size: int = 16  # step samples per forward/backward
     ppo_epochs: int = 1
+    # the old (behaviour-policy) log-probs of the PPO ratio: "recompute" (a forward pass of the
+    # policy before the update, as verl and OpenRLHF do), "sampler" (the log-probs the local
+    # sampler computed while drawing the tokens: the same weights and sampling definition, so in
+    # float32 the same numbers up to rounding, measured |gap| <= 1e-5; saves one forward pass per
+    # step sample) or "auto" (sampler for backend=local with model.dtype=float32, else recompute)
+    old_logprobs: str = "auto"
     value_lr: float = 1e-5  # critic AdamW lr (reference critic.optim.lr)
     value_clip: float = 0.5  # critic value clip (reference critic.cliprange_value)
     sft_epochs: int = 2  # warm start on expert walkthroughs (0 = off)
@@ -372,10 +382,17 @@ def resolve_auto(cfg: RunConfig) -> None:
     ``env.prompt``: ``"compact"`` for ALFWorld with the tiny CPU model (``model.path`` unset, or a
     folder of it: a warm start or checkpoint policy, marked by ``g2po_tiny.json``), ``"reference"``
     otherwise (real models get the reference prompt of verl-agent/G2PO).
+
+    ``train.old_logprobs``: ``"sampler"`` for ``backend=local`` with ``model.dtype=float32`` (the
+    sampler's log-probs are then the policy's up to rounding), ``"recompute"`` otherwise (bfloat16
+    cached decoding and one full forward differ; OpenRLHF recomputes with its actor).
     """
     if cfg.env.prompt == "auto":
         tiny = cfg.model.path is None or (Path(cfg.model.path) / "g2po_tiny.json").is_file()
         cfg.env.prompt = "compact" if cfg.env.name == "alfworld" and tiny else "reference"
+    if cfg.train.old_logprobs == "auto":
+        exact = cfg.backend == "local" and cfg.model.dtype == "float32"
+        cfg.train.old_logprobs = "sampler" if exact else "recompute"
 
 
 def resolve_state_key(cfg: RunConfig) -> str:
@@ -484,6 +501,10 @@ def validate_config(cfg: RunConfig) -> None:
     need(t.max_prompt_tokens >= 16, "train.max_prompt_tokens", "must be >= 16")
     need(t.lr > 0, "train.lr", "must be > 0")
     need(t.kl_estimator in ("k1", "k2", "k3"), "train.kl_estimator", "choose k1, k2 or k3")
+    need(t.old_logprobs in OLD_LOGPROBS, "train.old_logprobs", f"choose one of {', '.join(OLD_LOGPROBS)}")
+    need(not (cfg.backend == "openrlhf" and t.old_logprobs == "sampler"), "train.old_logprobs",
+         "sampler is the local backend's (OpenRLHF recomputes the old log-probs with its actor); "
+         "use auto or recompute with backend=openrlhf")
     need(t.mini_batch_size >= 1 and t.micro_batch_size >= 1, "train.mini_batch_size", "must be >= 1")
     need(t.ppo_epochs >= 1, "train.ppo_epochs", "must be >= 1")
     need(t.weight_decay >= 0 and t.value_weight_decay >= 0, "train.weight_decay", "weight decays must be >= 0")

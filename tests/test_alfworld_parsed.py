@@ -159,3 +159,19 @@ def test_a_folder_generated_before_stored_parses_gets_them_once(tmp_path, worker
     stamp = (root / "manifest.json").stat().st_mtime_ns
     assert ensure_generated(cfg, workers=workers, progress=False) == root
     assert (root / "manifest.json").stat().st_mtime_ns == stamp  # once
+
+
+def test_a_parsed_file_already_in_the_memos_is_not_read_again(games, monkeypatch):
+    parsed = Path(games[0].payload).with_name(PARSED_FILE)
+    reads = []
+    real = zlib.decompress
+    monkeypatch.setattr(engine.zlib, "decompress", lambda b: reads.append(len(b)) or real(b))
+    _fresh_memos()
+    assert engine.load_parsed_game(parsed) and engine.load_parsed_game(parsed)
+    assert len(reads) == 1  # the second slot of the same game: memo hit, no read
+    engine._SAS_MEMO.clear()  # evicted (the memos keep the most recent games only)
+    assert engine.load_parsed_game(parsed)
+    assert len(reads) == 2
+    engine.forget_games()
+    assert engine.load_parsed_game(parsed)
+    assert len(reads) == 3

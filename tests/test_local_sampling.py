@@ -16,6 +16,7 @@ from transformers import GenerationConfig
 from algorithms.backends.local.model import load_model_and_tokenizer
 from algorithms.backends.local.policy import LocalPolicy, pack_sequences, plan_batches
 from algorithms.backends.local.sampling import SamplingParams, model_generation_overrides
+from g2po.config import ConfigError, load_config
 
 QWEN_LIKE = {"do_sample": True, "repetition_penalty": 1.1, "temperature": 0.7, "top_p": 0.8, "top_k": 20}
 
@@ -120,3 +121,29 @@ def test_generation_with_a_budget_keeps_prompt_order_and_counts_tokens(tmp_path)
     assert pol.stats["prompt_tokens"] == sum(len(g.prompt_ids) for g in gens)
     assert pol.stats["generated_tokens"] == sum(len(g.response_ids) for g in gens)
     assert pol.stats["generate_s"] > 0
+
+
+def test_old_logprobs_from_the_sampler_update_the_policy_as_recomputed_ones(tmp_path, penalised_dir):
+    """``train.old_logprobs=sampler`` (the float32 default) skips the policy's forward pass before
+    the update; the update is the same as with the recomputed old log-probs, up to rounding."""
+    assert load_config(None, ["env.name=toy"]).train.old_logprobs == "sampler"  # auto, float32 local
+    assert load_config(None, ["env.name=toy", "model.dtype=bfloat16"]).train.old_logprobs == "recompute"
+    weights, stats = {}, {}
+    for mode in ("recompute", "sampler"):
+        tr = make_trainer(tmp_path / mode, penalised_dir, f"train.old_logprobs={mode}", "train.micro_batch_size=4",
+                          "train.mini_batch_size=4", "train.lr=1e-2")
+        rb, adv = sample_batch(tr.policy, max_new_tokens=12, seed=3)
+        stats[mode] = tr._update(rb, adv)
+        weights[mode] = torch.cat([p.detach().flatten() for p in tr.model.parameters()])
+    assert stats["sampler"]["train/sampler_logprob_gap_max"] < 1e-4
+    for key in ("loss/pg_loss", "loss/kl", "loss/clip_frac", "loss/grad_norm"):
+        assert stats["sampler"][key] == pytest.approx(stats["recompute"][key], abs=1e-4), key
+    assert (weights["sampler"] - weights["recompute"]).abs().max() < 1e-4
+    moved = load_model_and_tokenizer(penalised_dir, dtype="float32", device="cpu")[0]
+    assert (torch.cat([p.flatten() for p in moved.parameters()]) - weights["sampler"]).abs().max() > 1e-3
+
+
+def test_sampler_old_logprobs_are_refused_on_openrlhf():
+    with pytest.raises(ConfigError, match="train.old_logprobs"):
+        load_config(None, ["backend=openrlhf", "train.old_logprobs=sampler"])
+    assert load_config(None, ["backend=openrlhf"]).train.old_logprobs == "recompute"

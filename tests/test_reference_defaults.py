@@ -31,6 +31,7 @@ def test_dataclass_defaults_and_reference_presets_hold_the_reference_values():
         cfg = load_config(preset=preset, overrides=["model.path=.", "env.data_dir=."])
         for key, value in REFERENCE.items():
             assert getattr(cfg.train, key) == value, (preset, key)
+        assert cfg.train.old_logprobs == "recompute", preset  # verl recomputes them with the actor
 
 
 def test_bad_reference_keys_are_config_errors():

@@ -6,7 +6,8 @@ One iteration (ALGORITHMS.md "Training loop facts"; verl-agent's step-level PPO 
    ``train.temperature`` (:func:`benchmarks.rollout.collect_rollouts`).
 2. **Advantages**: the configured estimator on the StepBatch (:mod:`algorithms.registry`);
    PPO also runs the critic for V(s_t).
-3. **Old and reference log-probs**: forward passes without gradient.
+3. **Old and reference log-probs**: forward passes without gradient (the old ones are the sampler's
+   own with ``train.old_logprobs=sampler``, the float32 default).
 4. **Update**: ``ppo_epochs`` passes over shuffled mini-batches of step samples; per token
    ``clipped PPO loss(A_step) + kl_coef * KL_k3(pi || pi_ref) - entropy_coef * H``,
    token-mean over the mini-batch, gradient clipping; environment text never enters the
@@ -19,7 +20,10 @@ passes under autocast; the frozen reference is a copy in ``model.dtype`` on ``tr
 response positions only, in chunks (:func:`algorithms.backends.local.policy.response_logprobs`).
 Sampling and rescoring share one definition (:mod:`algorithms.backends.local.sampling`),
 recorded in ``sampling.json``; the sampler's own log-probs are compared with the old log-probs
-every iteration (``train/sampler_logprob_gap``).
+every iteration (``train/sampler_logprob_gap``). With ``train.old_logprobs=sampler`` (the float32
+default) the sampler's log-probs *are* the old log-probs (no forward pass of the policy before the
+update); the gap is then measured on the first mini-batch, whose forward pass runs on the weights
+that sampled.
 
 Evaluation on a fixed panel at ``eval.temperature`` before RL (after the warm start), every
 ``eval.every`` iterations and at the end. A checkpoint (policy, optimizer, critic, RNG and
@@ -390,18 +394,22 @@ class LocalTrainer:
         t_lp0 = time.time()
         old_lp: dict[int, torch.Tensor] = {}
         ref_lp: dict[int, torch.Tensor] = {}
+        from_sampler = cfg.old_logprobs == "sampler"
         with torch.no_grad():
             for s in range(0, len(rows), cfg.micro_batch_size):
                 mb = rows[s:s + cfg.micro_batch_size]
                 packed = pack_sequences([rb.prompt_ids[i] for i in mb], [rb.response_ids[i] for i in mb],
                                         pad, self.device)
-                lp, _ = self._logprobs(self.model, packed)
+                sampled = from_sampler and all(_has_sampler_logprobs(rb, i) for i in mb)
+                lp = None if sampled else self._logprobs(self.model, packed)[0]
                 rl, _ = self._logprobs(self.ref_model, packed)
                 for j, i in enumerate(mb):
                     n = len(rb.response_ids[i])
-                    old_lp[i] = lp[j, :n].clone()
+                    old_lp[i] = (torch.as_tensor(rb.sampler_logprobs[i], dtype=torch.float32, device=self.device)
+                                 if sampled else lp[j, :n].clone())
                     ref_lp[i] = rl[j, :n].clone()
         t_logprob = time.time() - t_lp0
+        gap_diffs: list[torch.Tensor] = []  # sampler mode: current (= old) policy vs sampler, first mini-batch
         self.model.train()
         rng = np.random.default_rng(int(self.cfg.seed) + len(rows))
         sums: dict[str, float] = {}
@@ -433,6 +441,8 @@ class LocalTrainer:
                         num_micro_batches=n_micro,
                     )
                     out["loss"].backward()
+                    if from_sampler and n_mb == 0:  # the weights are still those that sampled
+                        gap_diffs.append((logp.detach() - old)[mask].abs())
                     for k, v in out["stats"].items():
                         mb_stats[k] = mb_stats.get(k, 0.0) + float(v) * mask.sum().item() / n_tok
                 gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
@@ -445,7 +455,13 @@ class LocalTrainer:
         out = {f"loss/{k}": v / max(n_mb, 1) for k, v in sums.items()}
         out["loss/grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
         out["logprob_s"] = t_logprob
-        out.update(_sampler_gap(rb, rows, old_lp))
+        if from_sampler:
+            if gap_diffs:
+                d = torch.cat(gap_diffs)
+                out.update({"train/sampler_logprob_gap": float(d.mean()),
+                            "train/sampler_logprob_gap_max": float(d.max())})
+        else:
+            out.update(_sampler_gap(rb, rows, old_lp))
         return out
 
     # ------------------------------------------------------------------ evaluation
@@ -524,6 +540,12 @@ class LocalTrainer:
         if self.eval_history:
             self._write_eval()
         self.log(f"resumed from the checkpoint of iteration {meta['iteration']}")
+
+
+def _has_sampler_logprobs(rb: RolloutBatch, i: int) -> bool:
+    """Row ``i`` carries the sampler's log-prob of every response token."""
+    lp = rb.sampler_logprobs[i] if rb.sampler_logprobs else None
+    return lp is not None and len(lp) == len(rb.response_ids[i])
 
 
 def _sampler_gap(rb: RolloutBatch, rows: list[int], old_lp: dict[int, torch.Tensor]) -> dict[str, float]:
