@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import proxy_temperature  # noqa: E402  (scripts/, next to this file)
 
-from results.rundir import code_version  # noqa: E402
+from results.rundir import code_version, machine_info  # noqa: E402
 from results.stats import paired_improvement_ci  # noqa: E402
 
 TARGET_POINTS = 15.0
@@ -106,7 +106,8 @@ def summarize(out: Path) -> dict:
                      "per_task_type_before": b.get("per_task_type"), "per_task_type_final": f.get("per_task_type")})
         before.append([e[1] for e in b["episodes"]])
         after.append([e[1] for e in f["episodes"]])
-    res: dict = {"runs": rows, "uptime": _uptime(), "code": code_version(), "runs_code": _runs_code(out)}
+    res: dict = {"runs": rows, "uptime": _uptime(), "code": code_version(), "runs_code": _runs_code(out),
+                 "machine": machine_info(), "runs_machine": _runs_machine(out)}
     if rows:
         d, lo, hi = paired_improvement_ci(before, after, n_boot=10_000, seed=0)
         cold = next((r for r in rows if r["run"] == "seed0"), rows[0])
@@ -169,6 +170,16 @@ def _runs_code(out: Path) -> list[str]:
     return sorted(found)
 
 
+def _runs_machine(out: Path) -> list[str]:
+    """The machines the runs recorded (``status.json`` ``machine``: CPU, torch's kernel set)."""
+    found = set()
+    for status in (out / "runs").glob("*/status.json"):
+        m = json.loads(status.read_text()).get("machine") or {}
+        if m:
+            found.add(f"{m.get('cpu')} ({m.get('cpus')} CPUs, torch {m.get('torch')} {m.get('cpu_capability')} kernels)")
+    return sorted(found)
+
+
 def _train_temperature(out: Path) -> float:
     import yaml
 
@@ -216,6 +227,11 @@ def render(res: dict) -> str:
     ran = res.get("runs_code")
     lines += ["", "The runs ran on commit " + (", ".join(f"`{c}`" for c in ran) if ran else
                                                "(not recorded: runs older than status.json's `code`)") + "."]
+    m = res.get("machine") or {}
+    machines = res.get("runs_machine") or []
+    lines += ["Machine: " + ("; ".join(machines) if machines else
+                             f"{m.get('cpu')} ({m.get('cpus')} CPUs, torch {m.get('torch')} {m.get('cpu_capability')} "
+                             "kernels; the summarising process's, the runs did not record theirs)") + "."]
     lines += [f"Load when summarised: `{res['uptime']}`; code: "
               + (f"commit `{code['commit'][:7]}`{' with uncommitted changes' if code['dirty'] else ''}."
                  if code else "not a git checkout.")]

@@ -49,6 +49,13 @@ def test_a_run_folder_status_names_the_code_that_wrote_it(tmp_path):
     assert status["code"] == code_version()  # this checkout's commit (None outside git)
     if status["code"] is not None:
         assert re.fullmatch(r"[0-9a-f]{40}", status["code"]["commit"])
+    # and the machine: the CPU and torch's kernel set change the numbers, not only the speed
+    import torch
+
+    machine = status["machine"]
+    assert machine["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert machine["torch"] == torch.__version__ and machine["cpus"] >= 1
+    assert machine["cpu"] is None or isinstance(machine["cpu"], str)
 
 
 def test_this_process_records_the_checkout_it_started_from(monkeypatch):
