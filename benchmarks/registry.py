@@ -12,8 +12,10 @@ Every benchmark package (``benchmarks/<name>/__init__.py``) exports the same int
   projection that turns a response into the action (:data:`benchmarks.parsing.PROJECTIONS`).
 
 Optional: ``parse_response(text) -> ParsedAction`` (the benchmark's own action extraction;
-default :func:`benchmarks.parsing.parse_response`) and ``episode_set_score(trajectories)``
-(an evaluation ``score`` computed over all episodes, e.g. AppWorld's scenario completion).
+default :func:`benchmarks.parsing.parse_response`), ``episode_set_score(trajectories)``
+(an evaluation ``score`` computed over all episodes, e.g. AppWorld's scenario completion) and
+``preload_worker_modules()`` (imports the environments' libraries in the process that forks the
+environment workers, so that a new or recycled worker does not import them itself).
 """
 
 from __future__ import annotations

@@ -58,6 +58,20 @@ def _make_env(benchmark: str, env_cfg: Any):
     return get_benchmark(benchmark).make_env(env_cfg)
 
 
+def _preload(benchmark: str) -> None:
+    """The benchmark's ``preload_worker_modules`` (optional, :mod:`benchmarks.registry`), run
+    before the workers are forked so that they inherit the imported modules. A failed import is
+    left to the workers, whose first reset reports it as a crashed episode with the reason."""
+    from benchmarks.registry import get_benchmark
+
+    preload = getattr(get_benchmark(benchmark), "preload_worker_modules", None)
+    if preload is not None:
+        try:
+            preload()
+        except ImportError:
+            pass
+
+
 def _worker_main(conn, benchmark: str, env_cfg: Any, parent_pid: int) -> None:
     apply_worker_policy(parent_pid)  # ignore the job's signals, die with the parent
     limit_thread_pools(1)
@@ -210,6 +224,7 @@ class EnvPool:
         self._finalizer = weakref.finalize(self, _shutdown_workers, self._workers)
         self._finalizer.atexit = False  # _close_live_pools runs at exit, before multiprocessing's
         _LIVE_POOLS.add(self)
+        _preload(benchmark)
         for w in range(self.num_workers):
             self._start(w)
 
