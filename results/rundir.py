@@ -96,7 +96,7 @@ def machine_info() -> dict[str, Any]:
     (``cpu_capability``: ``"AVX512"``, ``"AVX2"``, ...), and kernels of another width sum in
     another order, so the same commit, config and seed give another warm start and other
     episodes on another CPU (measured: 30.0 and 25.0 % held-out success for the same warm-start
-    key on two AMD EPYC VMs).
+    key on two AMD EPYC VMs, the second with AVX-512 kernels; the first's were not recorded).
 
     Returns:
         ``{"cpu": model name or None, "cpu_capability": torch's or None, "cpus": CPUs in this
