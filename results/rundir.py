@@ -110,7 +110,8 @@ def machine_info() -> dict[str, Any]:
             with open("/proc/cpuinfo", encoding="utf-8") as fh:
                 cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), None)
         except OSError:
-            cpu = platform.processor() or None
+            pass
+        cpu = cpu or platform.processor() or None
         try:
             import torch
 

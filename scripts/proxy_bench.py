@@ -176,8 +176,13 @@ def _runs_machine(out: Path) -> list[str]:
     for status in (out / "runs").glob("*/status.json"):
         m = json.loads(status.read_text()).get("machine") or {}
         if m:
-            found.add(f"{m.get('cpu')} ({m.get('cpus')} CPUs, torch {m.get('torch')} {m.get('cpu_capability')} kernels)")
+            found.add(_machine_label(m))
     return sorted(found)
+
+
+def _machine_label(m: dict) -> str:
+    """``results.rundir.machine_info`` in one line."""
+    return f"{m.get('cpu')} ({m.get('cpus')} CPUs, torch {m.get('torch')} {m.get('cpu_capability')} kernels)"
 
 
 def _train_temperature(out: Path) -> float:
@@ -230,8 +235,7 @@ def render(res: dict) -> str:
     m = res.get("machine") or {}
     machines = res.get("runs_machine") or []
     lines += ["Machine: " + ("; ".join(machines) if machines else
-                             f"{m.get('cpu')} ({m.get('cpus')} CPUs, torch {m.get('torch')} {m.get('cpu_capability')} "
-                             "kernels; the summarising process's, the runs did not record theirs)") + "."]
+                             _machine_label(m) + "; the summarising process's, the runs did not record theirs") + "."]
     lines += [f"Load when summarised: `{res['uptime']}`; code: "
               + (f"commit `{code['commit'][:7]}`{' with uncommitted changes' if code['dirty'] else ''}."
                  if code else "not a git checkout.")]

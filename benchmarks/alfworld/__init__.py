@@ -125,14 +125,6 @@ def make_env(cfg: EnvConfig) -> AlfworldEnv:
     return AlfworldEnv(state_key=state_key_rule(cfg))
 
 
-def preload_worker_modules() -> None:
-    """What the environment workers import, imported once here before they are forked
-    (:func:`benchmarks.alfworld.engine.preload_worker_modules`)."""
-    from benchmarks.alfworld.engine import preload_worker_modules as preload
-
-    preload()
-
-
 def expert_actions(task: Task) -> list[str]:
     """The walkthrough stored in the task's game file (replaying it wins)."""
     return load_walkthrough(task)
@@ -256,6 +248,10 @@ def __getattr__(name: str) -> Any:  # lazy access to heavier helpers
         from benchmarks.alfworld import generate
 
         return getattr(generate, name)
+    if name == "preload_worker_modules":  # benchmarks.registry's optional interface
+        from benchmarks.alfworld import engine
+
+        return engine.preload_worker_modules
     if name in ("download_alfworld", "DataDownloadError"):
         from benchmarks.alfworld import download
 
