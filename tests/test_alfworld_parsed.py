@@ -175,3 +175,59 @@ def test_a_parsed_file_already_in_the_memos_is_not_read_again(games, monkeypatch
     engine.forget_games()
     assert engine.load_parsed_game(parsed)
     assert len(reads) == 3
+
+
+def _task_sentences() -> list[str]:
+    """Task sentences of every kind the generator writes (one per task type and a few objects)."""
+    return [
+        "put a mug in cabinet", "put some apple in fridge", "look at alarmclock under the desklamp",
+        "clean some cloth and put it in countertop", "heat some egg and put it in garbagecan",
+        "cool some bread and put it in diningtable", "put two soapbar in toilet",
+        "find two pen and put them in drawer", "examine the book with the floorlamp",
+    ]
+
+
+def test_a_task_grammar_made_from_the_template_equals_its_full_parse():
+    """`remember_task_grammar` (the generator's shortcut: the template's parse with the task rule
+    parsed anew) gives exactly what textworld's parse of the whole game grammar gives."""
+    from benchmarks.alfworld.generate import _assets
+
+    template = _assets().grammar
+    _fresh_memos()
+    full_parse = engine._ORIGINALS["logic_parse"]
+    for task in _task_sentences():
+        text = template.replace(engine.TASK_PLACEHOLDER, task)
+        assert engine.remember_task_grammar(template, task), task
+        made = engine._GRAMMAR_MEMO[(engine._digest(text), engine._GRAMMAR_RULE)]
+        actions, grammar = made
+        assert [str(sym) for sym in grammar._rules["task"][0].rhs] == [f"Your task is to: {task}."]
+        assert pickle.dumps(made) == pickle.dumps(full_parse(text, rule_name=engine._GRAMMAR_RULE)), task
+    # a sentence with grammar syntax, or a template of another shape, is left to the full parse
+    assert not engine.remember_task_grammar(template, "put a #mug# in cabinet")
+    assert not engine.remember_task_grammar(template.replace(engine.TASK_PLACEHOLDER, "x"), "put a mug in cabinet")
+    _fresh_memos()
+
+
+def test_generated_games_are_the_same_with_the_task_grammar_shortcut(tmp_path, monkeypatch):
+    """Games, walkthroughs and stored parses are byte-identical with and without the shortcut."""
+    import benchmarks.alfworld.generate as gen
+
+    def files(root: Path) -> dict[str, bytes]:
+        out = {}
+        for p in sorted(root.rglob("*")):
+            if p.is_file():
+                data = p.read_bytes()
+                if p.name == PARSED_FILE:  # compare the stored objects, not the compressed bytes
+                    data = pickle.dumps(pickle.loads(zlib.decompress(data)))
+                out[str(p.relative_to(root))] = data
+        return out
+
+    _fresh_memos()
+    generate_games(tmp_path / "with", "train", 6, seed=5, max_receptacles=2, workers=1)
+    _fresh_memos()
+    monkeypatch.setattr(gen, "remember_task_grammar", lambda template, task: False)
+    generate_games(tmp_path / "without", "train", 6, seed=5, max_receptacles=2, workers=1)
+    a, b = files(tmp_path / "with"), files(tmp_path / "without")
+    assert len(a) == 18 and a.keys() == b.keys()
+    assert all(a[k] == b[k] for k in a), [k for k in a if a[k] != b[k]]
+    _fresh_memos()

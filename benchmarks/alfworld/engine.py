@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import os
 import pickle
+import re
 import sys
 import tempfile
 import zlib
@@ -43,11 +45,13 @@ from typing import Any
 __all__ = [
     "INTRO_BANNER",
     "TASK_PREFIX",
+    "TASK_PLACEHOLDER",
     "ensure_alfworld_data_env",
     "install_caches",
     "uninstall_caches",
     "forget_games",
     "load_parsed_game",
+    "remember_task_grammar",
     "save_parsed_game",
     "make_pddl_env",
     "split_intro",
@@ -58,6 +62,9 @@ __all__ = [
 INTRO_BANNER = "-= Welcome to TextWorld, ALFRED! =-"
 #: the marker in front of the task sentence in the intro.
 TASK_PREFIX = "Your task is to: "
+#: what the shipped grammar says in place of the task sentence; a game's grammar replaces it with
+#: the task (``alfworld.agents.utils.misc.add_task_to_grammar``).
+TASK_PLACEHOLDER = "UNKNOWN GOAL"
 
 #: entries kept in the PDDL->SAS and grammar memos (a full official scene costs ~2 MB of
 #: memory with both, a generated one much less). Override with env ``G2PO_ALFWORLD_SAS_CACHE``.
@@ -78,6 +85,8 @@ _GRAMMAR_MEMO: OrderedDict[tuple[bytes, Any], Any] = OrderedDict()
 #: parsed-game files already read into the memos: path -> ((mtime_ns, size), sas keys, grammar keys);
 #: a slot loading a game another slot of this process loaded skips reading and unpickling the file
 _PARSED_READ: dict[str, tuple[tuple[int, int], tuple[Any, ...], tuple[Any, ...]]] = {}
+#: digest(template) -> the parse of the grammar template :func:`remember_task_grammar` last used.
+_TEMPLATE_PARSES: dict[bytes, Any] = {}
 #: the grammar rule textworld's ``GameLogic`` parses a game's grammar with.
 _GRAMMAR_RULE = "pddlStart"
 #: format tag of a parsed-game file (bumped if the stored layout changes; another tag is ignored).
@@ -140,6 +149,14 @@ def install_caches() -> None:
     symbol it derives; the replacement copies the two dicts but shares their values, which the
     deriver only reads (``EntityInfo`` is written once at load by the demangler; placeholders and
     variables are immutable). This is about half of a step's time.
+
+    Replaced library file: textworld builds every environment with ``fast_downward.load_lib()``,
+    which copies ``libdownward.so`` (34 MB in fast-downward-textworld 20.6.1, 32 MB of it debug
+    information) to a new temporary file and loads the copy (a separate copy per environment: the
+    library keeps its state in globals). The copy took ~17 ms per environment here, 64
+    environments per worker at every worker start, and wrote 2 GB to disk per start. The caches
+    point ``fast_downward.interface.DOWNWARD_LIB_PATH`` at a copy without the debug sections
+    (:func:`light_downward_lib`; the same code and data, 1.3 MB), made once per machine.
 
     ``tests/test_alfworld_env.py::test_caches_do_not_change_the_game`` checks that observations,
     admissible actions and rewards are identical with and without these changes.
@@ -224,18 +241,62 @@ def install_caches() -> None:
             "entity_infos": context["entity_infos"],
         }
 
+    import fast_downward.interface as fd_interface
+
     _ORIGINALS.update(
+        lib_path=fd_interface.DOWNWARD_LIB_PATH,
         pddl2sas=orig_sas,
         parse=orig_parse,
         logic_parse=orig_logic_parse,
         query_parse=orig_query_parse,
         copy_context=orig_copy_context,
     )
+    fd_interface.DOWNWARD_LIB_PATH = light_downward_lib(fd_interface.DOWNWARD_LIB_PATH) or fd_interface.DOWNWARD_LIB_PATH
     fast_downward.pddl2sas = pddl2sas
     textgen._parse_and_convert = parse_and_convert
     pddl_logic._parse_and_convert = logic_parse_and_convert
     tw_logic._parse_and_convert = query_parse_and_convert
     textgen.copy_context = copy_context
+
+
+def light_downward_lib(lib_path: str | os.PathLike[str]) -> str | None:
+    """A copy of the shared library ``lib_path`` without its debug sections (``objcopy
+    --strip-debug``: the code and data are unchanged), made once and kept under
+    ``<tmp>/g2po-downward/<digest of path, size and mtime>/``.
+
+    Returns:
+        The copy's path, or None when it cannot be made (no ``objcopy``/``strip`` on the PATH,
+        the tool failed, or the copy does not load with ``ctypes``); the caller then keeps
+        ``lib_path``.
+    """
+    import ctypes
+    import shutil
+    import subprocess
+
+    try:
+        st = os.stat(lib_path)
+    except OSError:
+        return None
+    tag = hashlib.blake2b(f"{os.path.abspath(lib_path)}|{st.st_size}|{st.st_mtime_ns}".encode(),
+                          digest_size=8).hexdigest()
+    target = Path(tempfile.gettempdir()) / "g2po-downward" / tag / Path(lib_path).name
+    if target.is_file():
+        return str(target)
+    tool = shutil.which("objcopy") or shutil.which("strip")
+    if tool is None:
+        return None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        subprocess.run([tool, "--strip-debug", str(lib_path), str(tmp)] if tool.endswith("objcopy")
+                       else [tool, "--strip-debug", "-o", str(tmp), str(lib_path)],
+                       check=True, capture_output=True, timeout=60)
+        ctypes.CDLL(str(tmp)).load_sas  # noqa: B018 - the copy loads and has the entry point
+        os.replace(tmp, target)  # atomic: concurrent processes make the same file
+    except (OSError, subprocess.SubprocessError, AttributeError):
+        tmp.unlink(missing_ok=True)
+        return None
+    return str(target)
 
 
 def _remember(memo: OrderedDict, key: Any, value: Any) -> None:
@@ -277,6 +338,71 @@ def save_parsed_game(path: str | os.PathLike[str], game: dict[str, Any]) -> bool
     tmp.write_bytes(zlib.compress(blob, 1))
     os.replace(tmp, path)
     return True
+
+
+def remember_task_grammar(template: str, task: str) -> bool:
+    """Put the parse of ``template.replace(TASK_PLACEHOLDER, task)`` (a game's grammar) into the
+    grammar memo, made from the memoized parse of ``template`` instead of a new TatSu parse of
+    the whole grammar (~22 ms per game on the generator's 2-core VM, ~12 % of generating one).
+
+    The two grammars differ only in the ``task`` rule's sentence, so the game's parse is the
+    template's parse with that one rule parsed anew from its JSON, the way
+    ``ContextSensitiveGrammar.parse`` parses every rule; the other rules and the actions are the
+    template's objects (textworld only reads them: ``GameLogic`` copies them into its own
+    grammar). Nothing is remembered when the template does not have the shape this relies on (the
+    placeholder exactly once, inside a ``task`` rule of the form ``{"rhs": "...UNKNOWN GOAL..."}``)
+    or when ``task`` holds characters with a meaning in textworld's grammar strings (``#``, ``[``,
+    ``]``, ``{``, ``}``, ``"``, ``\\``): the load then parses the game's grammar itself.
+    ``tests/test_alfworld_parsed.py`` checks that the result equals the full parse.
+
+    Args:
+        template: the shipped ``alfred.twl2`` text (with :data:`TASK_PLACEHOLDER`).
+        task: the task sentence, e.g. ``"put a mug in cabinet"``.
+
+    Returns:
+        ``True`` when the memo holds the game grammar's parse afterwards; ``False`` when it was
+        not made (see above) or the caches are not installed.
+    """
+    if not _ORIGINALS or any(c in task for c in '#[]{}"\\') or template.count(TASK_PLACEHOLDER) != 1:
+        return False
+    text = template.replace(TASK_PLACEHOLDER, task)
+    key = (_digest(text), _GRAMMAR_RULE)
+    if key in _GRAMMAR_MEMO:
+        _GRAMMAR_MEMO.move_to_end(key)
+        return True
+    from textworld.envs.pddl.textgen import ContextSensitiveGrammar
+
+    template_rhs = _task_rhs(template)
+    if template_rhs is None:
+        return False
+    tkey = _digest(template)
+    if tkey not in _TEMPLATE_PARSES:
+        _TEMPLATE_PARSES.clear()
+        _TEMPLATE_PARSES[tkey] = _ORIGINALS["logic_parse"](template, rule_name=_GRAMMAR_RULE)
+    actions, grammar = _TEMPLATE_PARSES[tkey]
+
+    def task_rule(rhs: str) -> tuple[str, list[Any]]:
+        return next(iter(ContextSensitiveGrammar.parse(json.dumps({"task": [{"rhs": rhs}]}))._rules.items()))
+
+    if repr(grammar._rules.get("task")) != repr(task_rule(template_rhs)[1]):
+        return False
+    name_task, rules_task = task_rule(template_rhs.replace(TASK_PLACEHOLDER, task))
+    game_grammar = ContextSensitiveGrammar()
+    for name, rules in grammar._rules.items():  # the same order; the task rule's own name object
+        if name == name_task:
+            game_grammar._rules[name_task] = rules_task
+        else:
+            game_grammar._rules[name] = list(rules)
+    _remember(_GRAMMAR_MEMO, key, (actions, game_grammar))
+    return True
+
+
+def _task_rhs(template: str) -> str | None:
+    """The ``rhs`` string holding the placeholder in ``template`` (the ``task`` rule's), or None
+    when the placeholder is not inside ``"rhs": "..."`` (no quotes or escapes) on one line."""
+    line = next((ln for ln in template.splitlines() if TASK_PLACEHOLDER in ln), "")
+    m = re.fullmatch(r'\s*"rhs"\s*:\s*"([^"\\]*)"\s*', line)
+    return m.group(1) if m else None
 
 
 def load_parsed_game(path: str | os.PathLike[str]) -> bool:
@@ -341,11 +467,13 @@ def uninstall_caches() -> None:
     if not _ORIGINALS:
         return
     import fast_downward
+    import fast_downward.interface as fd_interface
     import textworld.envs.pddl.logic as pddl_logic
     import textworld.envs.pddl.textgen as textgen
     import textworld.logic as tw_logic
 
     forget_games()
+    fd_interface.DOWNWARD_LIB_PATH = _ORIGINALS.pop("lib_path")
     fast_downward.pddl2sas = _ORIGINALS.pop("pddl2sas")
     textgen._parse_and_convert = _ORIGINALS.pop("parse")
     pddl_logic._parse_and_convert = _ORIGINALS.pop("logic_parse")

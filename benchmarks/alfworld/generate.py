@@ -85,9 +85,11 @@ from typing import Any
 
 from benchmarks.alfworld.engine import (
     PARSED_GAME_FORMAT,
+    TASK_PLACEHOLDER,
     ensure_alfworld_data_env,
     install_caches,
     make_pddl_env,
+    remember_task_grammar,
     save_parsed_game,
     wheel_logic_paths,
 )
@@ -496,11 +498,12 @@ def _generate_one(job: tuple[str, str, int, int, str, int, str]) -> tuple[int, s
         game_dir = Path(out_dir) / DATA_FOLDER / split / folder / trial
         game: dict[str, Any] = {
             "pddl_domain": a.domain,
-            "grammar": a.grammar.replace("UNKNOWN GOAL", spec.desc),
+            "grammar": a.grammar.replace(TASK_PLACEHOLDER, spec.desc),
             "pddl_problem": _problem(spec, f"plan_{trial}"),
             "solvable": None,
             "walkthrough": None,
         }
+        remember_task_grammar(a.grammar, spec.desc)  # the load then skips parsing the grammar
         try:
             state = _load_and_reset(planner, game)
         except Exception as exc:  # noqa: BLE001 - a bad sample is redrawn
