@@ -156,7 +156,7 @@ def install_caches() -> None:
     library keeps its state in globals). The copy took ~17 ms per environment here, 64
     environments per worker at every worker start, and wrote 2 GB to disk per start. The caches
     point ``fast_downward.interface.DOWNWARD_LIB_PATH`` at a copy without the debug sections
-    (:func:`light_downward_lib`; the same code and data, 1.3 MB), made once per machine.
+    (:func:`light_downward_lib`; the same code and data, 1.3 MB), made once per user and machine.
 
     ``tests/test_alfworld_env.py::test_caches_do_not_change_the_game`` checks that observations,
     admissible actions and rewards are identical with and without these changes.
@@ -262,7 +262,8 @@ def install_caches() -> None:
 def light_downward_lib(lib_path: str | os.PathLike[str]) -> str | None:
     """A copy of the shared library ``lib_path`` without its debug sections (``objcopy
     --strip-debug``: the code and data are unchanged), made once and kept under
-    ``<tmp>/g2po-downward/<digest of path, size and mtime>/``.
+    ``~/.cache/g2po/downward/<digest of path, size and mtime>/`` (this user's own folder: a
+    library another user could have written is never loaded).
 
     Returns:
         The copy's path, or None when it cannot be made (no ``objcopy``/``strip`` on the PATH,
@@ -279,15 +280,15 @@ def light_downward_lib(lib_path: str | os.PathLike[str]) -> str | None:
         return None
     tag = hashlib.blake2b(f"{os.path.abspath(lib_path)}|{st.st_size}|{st.st_mtime_ns}".encode(),
                           digest_size=8).hexdigest()
-    target = Path(tempfile.gettempdir()) / "g2po-downward" / tag / Path(lib_path).name
+    target = Path(os.path.expanduser("~")) / ".cache" / "g2po" / "downward" / tag / Path(lib_path).name
     if target.is_file():
         return str(target)
     tool = shutil.which("objcopy") or shutil.which("strip")
     if tool is None:
         return None
-    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run([tool, "--strip-debug", str(lib_path), str(tmp)] if tool.endswith("objcopy")
                        else [tool, "--strip-debug", "-o", str(tmp), str(lib_path)],
                        check=True, capture_output=True, timeout=60)
