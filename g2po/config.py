@@ -162,7 +162,7 @@ class ModelConfig:
 class TrainConfig:
     """The training loop (ALGORITHMS.md "Training loop facts" give the reference values)."""
 
-    iterations: int = 48
+    iterations: int = 54
     groups_per_batch: int = 16  # tasks per batch (reference 16)
     group_size: int = 8  # rollouts per task (reference 8)
     temperature: float = 1.0
