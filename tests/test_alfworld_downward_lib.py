@@ -46,3 +46,6 @@ def test_a_library_that_cannot_be_stripped_is_kept(tmp_path):
     bogus.write_bytes(b"not an ELF file")
     assert engine.light_downward_lib(bogus) is None
     assert engine.light_downward_lib(tmp_path / "missing.so") is None
+    made = Path.home() / ".cache" / "g2po" / "downward"
+    empty = [d for d in made.iterdir() if d.is_dir() and not any(d.iterdir())] if made.is_dir() else []
+    assert not empty, f"a failed copy left empty folders behind: {empty}"

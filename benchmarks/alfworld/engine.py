@@ -295,7 +295,11 @@ def light_downward_lib(lib_path: str | os.PathLike[str]) -> str | None:
         ctypes.CDLL(str(tmp)).load_sas  # noqa: B018 - the copy loads and has the entry point
         os.replace(tmp, target)  # atomic: concurrent processes make the same file
     except (OSError, subprocess.SubprocessError, AttributeError):
-        tmp.unlink(missing_ok=True)
+        for leftover in (tmp, tmp.parent):  # the copy, then the folder if nothing else is in it
+            try:
+                leftover.unlink() if leftover is tmp else leftover.rmdir()
+            except OSError:
+                pass
         return None
     return str(target)
 
