@@ -75,10 +75,12 @@ import random
 import shutil
 import sys
 import time
+from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import islice
 from multiprocessing import get_all_start_methods, get_context
 from pathlib import Path
 from typing import Any
@@ -568,6 +570,11 @@ def _generate_one(job: tuple[str, str, int, int, str, int, str]) -> tuple[int, s
     )
 
 
+def _generate_chunk(jobs: list[tuple[str, str, int, int, str, int, str]]) -> list[tuple[int, str, float, int, float]]:
+    """:func:`_generate_one` for each job of a chunk, in order (one task of a worker)."""
+    return [_generate_one(job) for job in jobs]
+
+
 def _load_and_reset(env: Any, game: dict[str, Any]) -> Any:
     env.load(game)
     return env.reset()
@@ -644,12 +651,21 @@ def generate_games(
     else:
         _warm_up(scenes)  # forked workers inherit the parsed assets and grammar caches
         ex = ProcessPoolExecutor(max_workers=n_workers, mp_context=_mp_context())
+        size = max(1, min(4, len(jobs) // (4 * n_workers)))
+        chunks = iter([jobs[i:i + size] for i in range(0, len(jobs), size)])
         try:
-            # small chunks: a stop waits only for the few chunks already handed to the workers
-            for res in ex.map(_generate_one, jobs, chunksize=max(1, min(4, len(jobs) // (4 * n_workers)))):
-                results.append(res)
-                bar.update(1)
+            # small chunks, at most 2 per worker submitted at a time: a stop waits only for those
+            # (ProcessPoolExecutor.map would queue every chunk at once, and the workers go on
+            # taking them while this process is slow to look at the first result)
+            in_flight = deque(ex.submit(_generate_chunk, c) for c in islice(chunks, 2 * n_workers))
+            while in_flight:
+                for res in in_flight.popleft().result():
+                    results.append(res)
+                    bar.update(1)
                 check_stop()
+                nxt = next(chunks, None)
+                if nxt is not None:
+                    in_flight.append(ex.submit(_generate_chunk, nxt))
         except (BrokenProcessPool, KeyboardInterrupt):
             # the job's signal reached the workers too (a terminal's Ctrl-C, `timeout`, Slurm
             # signal the whole process group): a stop request, not a generation failure
