@@ -29,6 +29,7 @@ Pitfalls handled here:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -85,7 +86,8 @@ _GRAMMAR_MEMO: OrderedDict[tuple[bytes, Any], Any] = OrderedDict()
 #: parsed-game files already read into the memos: path -> ((mtime_ns, size), sas keys, grammar keys);
 #: a slot loading a game another slot of this process loaded skips reading and unpickling the file
 _PARSED_READ: dict[str, tuple[tuple[int, int], tuple[Any, ...], tuple[Any, ...]]] = {}
-#: digest(template) -> the parse of the grammar template :func:`remember_task_grammar` last used.
+#: digest(template) -> (actions, grammar, task rhs) of the grammar template
+#: :func:`remember_task_grammar` last used, or None when that template has another shape.
 _TEMPLATE_PARSES: dict[bytes, Any] = {}
 #: the grammar rule textworld's ``GameLogic`` parses a game's grammar with.
 _GRAMMAR_RULE = "pddlStart"
@@ -295,11 +297,9 @@ def light_downward_lib(lib_path: str | os.PathLike[str]) -> str | None:
         ctypes.CDLL(str(tmp)).load_sas  # noqa: B018 - the copy loads and has the entry point
         os.replace(tmp, target)  # atomic: concurrent processes make the same file
     except (OSError, subprocess.SubprocessError, AttributeError):
-        for leftover in (tmp, tmp.parent):  # the copy, then the folder if nothing else is in it
-            try:
-                leftover.unlink() if leftover is tmp else leftover.rmdir()
-            except OSError:
-                pass
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+            tmp.parent.rmdir()  # only when nothing else is in it
         return None
     return str(target)
 
@@ -377,20 +377,19 @@ def remember_task_grammar(template: str, task: str) -> bool:
         return True
     from textworld.envs.pddl.textgen import ContextSensitiveGrammar
 
-    template_rhs = _task_rhs(template)
-    if template_rhs is None:
-        return False
-    tkey = _digest(template)
-    if tkey not in _TEMPLATE_PARSES:
-        _TEMPLATE_PARSES.clear()
-        _TEMPLATE_PARSES[tkey] = _ORIGINALS["logic_parse"](template, rule_name=_GRAMMAR_RULE)
-    actions, grammar = _TEMPLATE_PARSES[tkey]
-
     def task_rule(rhs: str) -> tuple[str, list[Any]]:
         return next(iter(ContextSensitiveGrammar.parse(json.dumps({"task": [{"rhs": rhs}]}))._rules.items()))
 
-    if repr(grammar._rules.get("task")) != repr(task_rule(template_rhs)[1]):
+    tkey = _digest(template)
+    if tkey not in _TEMPLATE_PARSES:  # parse and check the template once: (actions, grammar, rhs) or None
+        _TEMPLATE_PARSES.clear()
+        rhs = _task_rhs(template)
+        parsed = _ORIGINALS["logic_parse"](template, rule_name=_GRAMMAR_RULE) if rhs is not None else None
+        shaped = parsed is not None and repr(parsed[1]._rules.get("task")) == repr(task_rule(rhs)[1])
+        _TEMPLATE_PARSES[tkey] = (*parsed, rhs) if shaped else None
+    if _TEMPLATE_PARSES[tkey] is None:
         return False
+    actions, grammar, template_rhs = _TEMPLATE_PARSES[tkey]
     name_task, rules_task = task_rule(template_rhs.replace(TASK_PLACEHOLDER, task))
     game_grammar = ContextSensitiveGrammar()
     for name, rules in grammar._rules.items():  # the same order; the task rule's own name object
