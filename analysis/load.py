@@ -48,6 +48,8 @@ Frames (:class:`LoadedRuns`):
     ``model_size``, ``seed`` (Int64), ``step_weight`` (float);
     state: ``state`` ("running" | "done" | "unknown"), ``in_progress`` (bool),
     ``status.iteration``, ``status.total_iterations``, ``status.updated``;
+    provenance from ``status.json``: ``code.commit`` (40 hex), ``code.dirty`` (bool) and
+    ``machine`` (:func:`results.rundir.machine_label`), None where the run did not record them;
     evaluations, for ``E`` in ``final``, ``best``, ``before``: ``E.iteration``,
     ``E.success_rate`` (fraction), ``E.score``, ``E.num_episodes``, ``E.mean_steps``,
     ``E.task.<task type>`` (fraction), plus ``final.source``;
@@ -94,7 +96,7 @@ from analysis.naming import (
     variant_of,
 )
 from results.crashes import CRASHED_HEAVY_FRACTION, crashed_heavy_iterations
-from results.rundir import RunDir
+from results.rundir import RunDir, machine_label
 
 __all__ = ["RunProblem", "LoadedRuns", "DuplicateRunsError", "load_runs", "find_run_dirs", "IDENTITY_COLUMNS"]
 
@@ -295,6 +297,11 @@ def _load_one(
     row["state"] = state
     for k in ("iteration", "total_iterations", "updated"):
         row[f"status.{k}"] = status.get(k) if status else None
+    code = status.get("code") if status else None
+    row["code.commit"] = code.get("commit") if isinstance(code, dict) else None
+    row["code.dirty"] = code.get("dirty") if isinstance(code, dict) else None
+    machine = status.get("machine") if status else None
+    row["machine"] = machine_label(machine) if isinstance(machine, dict) else None
     row["metrics.rows"] = len(metrics)
     row["metrics.crashed_heavy"] = len(heavy)
     its = [r.get("iteration") for r in metrics if isinstance(r.get("iteration"), (int, float))]

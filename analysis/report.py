@@ -276,6 +276,30 @@ def _differences_section(diff: pd.DataFrame) -> str:
     return _md_table(df)
 
 
+def _provenance_lines(runs: pd.DataFrame) -> list[str]:
+    """A Markdown table: one row per (commit, dirty, machine) with the runs that share it.
+
+    ``runs`` is :attr:`LoadedRuns.runs`; a run without the columns or without a record shows
+    "not recorded".
+    """
+    if runs.empty:
+        return ["- no runs"]
+    cols = ("code.commit", "code.dirty", "machine")
+    frame = runs.reindex(columns=[*cols, "run_id"]).astype(object)
+    frame = frame.where(frame.notna(), None)
+    groups: dict[tuple, list[str]] = {}
+    for rec in frame.itertuples(index=False):
+        commit, dirty, machine, run_id = rec
+        key = (commit[:7] if isinstance(commit, str) else "not recorded",
+               "dirty" if dirty is True else ("clean" if dirty is False else "not recorded"),
+               machine or "not recorded")
+        groups.setdefault(key, []).append(str(run_id))
+    lines = ["| commit | working tree | machine | runs |", "|---|---|---|---|"]
+    for (commit, dirty, machine), ids in sorted(groups.items()):
+        lines.append(f"| `{commit}` | {dirty} | {machine} | {len(ids)}: {', '.join(f'`{i}`' for i in sorted(ids))} |")
+    return lines
+
+
 def _missing_lines(tables: dict[str, Table]) -> list[str]:
     lines = []
     for name in ("table1", "table2"):
@@ -416,6 +440,11 @@ def _render(
             rel = d.png.relative_to(out).as_posix()
             md += [f"### `{run_id}`: iteration {d.iteration}, group {d.group}", "",
                    f"![state graph of {run_id}]({rel})", "", d.caption, ""]
+    md += ["", "## Code and machines", "",
+           "What produced the runs (`status.json` `code` and `machine`): the same commit, config and seed "
+           "give the same episodes only on a CPU with the same kernels (`results.rundir.machine_info`). "
+           "Columns `code.commit`, `code.dirty`, `machine` in `runs.csv`.", ""]
+    md += _provenance_lines(runs)
     md += ["", "## What is missing", "", "### Published cells without runs", ""]
     miss = _missing_lines(tables)
     md += miss or ["- none"]

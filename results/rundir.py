@@ -38,6 +38,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +124,21 @@ def machine_info() -> dict[str, Any]:
                          "torch": torch_version, "python": platform.python_version(),
                          "platform": platform.platform()})
     return dict(_MACHINE[0])
+
+
+def machine_label(machine: Mapping[str, Any] | None) -> str | None:
+    """One line for a :func:`machine_info` record, e.g. ``"AMD EPYC (2 CPUs, torch 2.13.0+cpu AVX512 kernels)"``.
+
+    Args:
+        machine: a ``status.json`` ``machine`` mapping (any of its keys may be missing), or None.
+
+    Returns:
+        The line, or None for a run that recorded no machine (written before the field existed).
+    """
+    if not machine:
+        return None
+    return (f"{machine.get('cpu')} ({machine.get('cpus')} CPUs, torch {machine.get('torch')} "
+            f"{machine.get('cpu_capability')} kernels)")
 
 
 def _read_code_version(root: Path) -> dict[str, Any] | None:

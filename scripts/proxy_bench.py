@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import proxy_temperature  # noqa: E402  (scripts/, next to this file)
 
-from results.rundir import code_version, machine_info  # noqa: E402
+from results.rundir import code_version, machine_info, machine_label  # noqa: E402
 from results.stats import paired_improvement_ci  # noqa: E402
 
 TARGET_POINTS = 15.0
@@ -176,13 +176,8 @@ def _runs_machine(out: Path) -> list[str]:
     for status in (out / "runs").glob("*/status.json"):
         m = json.loads(status.read_text()).get("machine") or {}
         if m:
-            found.add(_machine_label(m))
+            found.add(machine_label(m))
     return sorted(found)
-
-
-def _machine_label(m: dict) -> str:
-    """``results.rundir.machine_info`` in one line."""
-    return f"{m.get('cpu')} ({m.get('cpus')} CPUs, torch {m.get('torch')} {m.get('cpu_capability')} kernels)"
 
 
 def _train_temperature(out: Path) -> float:
@@ -235,7 +230,7 @@ def render(res: dict) -> str:
     m = res.get("machine") or {}
     machines = res.get("runs_machine") or []
     lines += ["Machine: " + ("; ".join(machines) if machines else
-                             _machine_label(m) + "; the summarising process's, the runs did not record theirs") + "."]
+                             machine_label(m) + "; the summarising process's, the runs did not record theirs") + "."]
     lines += [f"Load when summarised: `{res['uptime']}`; code: "
               + (f"commit `{code['commit'][:7]}`{' with uncommitted changes' if code['dirty'] else ''}."
                  if code else "not a git checkout.")]

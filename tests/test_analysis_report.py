@@ -165,3 +165,34 @@ def test_duplicate_seeds_are_an_error_naming_both_folders(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("error: ")
     assert f"{str(root / 'a')!r} and {str(root / 'b')!r}" in err and "GRPO, tiny, alfworld, seed 3" in err
+
+
+def test_report_says_which_commit_and_machine_made_each_run(tmp_path):
+    """runs.csv and report.md carry status.json's code and machine; a run without them says so."""
+    import json
+
+    import pandas as pd
+
+    write_runs(tmp_path / "runs")
+    epyc = {"cpu": "AMD EPYC", "cpu_capability": "AVX512", "cpus": 2, "torch": "2.13.0+cpu",
+            "python": "3.11.7", "platform": "Linux"}  # fmt: skip
+    for run, code, machine in (("grpo-s0", {"commit": "a" * 40, "dirty": False}, epyc),
+                               ("grpo-s1", {"commit": "a" * 40, "dirty": False}, epyc),
+                               ("g2po-s0", {"commit": "b" * 40, "dirty": True}, epyc),
+                               ("g2po-s1", None, None)):  # fmt: skip
+        path = tmp_path / "runs" / run / "status.json"
+        status = json.loads(path.read_text(encoding="utf-8"))
+        status.pop("code", None), status.pop("machine", None)
+        if code:
+            status.update(code=code, machine=machine)
+        path.write_text(json.dumps(status), encoding="utf-8")
+    res = build_report(tmp_path / "runs", tmp_path / "out", n_boot=200, figures=False)
+    text = res.report_path.read_text(encoding="utf-8")
+    label = "AMD EPYC (2 CPUs, torch 2.13.0+cpu AVX512 kernels)"
+    assert "## Code and machines" in text
+    assert f"| `aaaaaaa` | clean | {label} | 2: `grpo-s0`, `grpo-s1` |" in text
+    assert f"| `bbbbbbb` | dirty | {label} | 1: `g2po-s0` |" in text
+    assert "| `not recorded` | not recorded | not recorded | 1: `g2po-s1` |" in text
+    runs = pd.read_csv(tmp_path / "out" / "runs.csv").set_index("run_id")
+    assert runs.loc["g2po-s0", "code.commit"] == "b" * 40 and bool(runs.loc["g2po-s0", "code.dirty"])
+    assert runs.loc["grpo-s1", "machine"] == label and pd.isna(runs.loc["g2po-s1", "machine"])
