@@ -31,6 +31,14 @@ def _is_timing(key: str) -> bool:
     return key.endswith("_s") or key == "record/bytes"
 
 
+def _order(name: str) -> tuple:
+    """before, iter<K> by K, final, then the training-temperature ones."""
+    rank = {"before": 0, "final": 2, "T_before": 3, "T_final": 4}
+    if name.startswith("iter") and name[4:].isdigit():
+        return (1, int(name[4:]))
+    return (rank.get(name, 5), 0)
+
+
 def evaluations(eval_json: dict[str, Any]) -> dict[str, list]:
     """The per-episode outcomes of every evaluation of one ``eval.json``.
 
@@ -57,17 +65,19 @@ def compare_runs(a: Path, b: Path) -> dict[str, Any]:
     Returns:
         ``{"evaluations": {name: (same: bool, successes_a: int, successes_b: int)},
         "metric_diffs": [(line, key, value_a, value_b), ...], "lines": (n_a, n_b),
-        "identical": bool}``. An evaluation only one run has counts as different.
+        "identical": bool}``. An evaluation only one run has, or one without per-episode
+        records (nothing to compare), counts as different.
 
     Raises:
         FileNotFoundError: a folder lacks ``eval.json`` or ``metrics.jsonl``.
+        ValueError (json.JSONDecodeError): a record is not valid JSON.
     """
     ev_a = evaluations(json.loads((a / "eval.json").read_text(encoding="utf-8")))
     ev_b = evaluations(json.loads((b / "eval.json").read_text(encoding="utf-8")))
     evals = {}
-    for name in sorted(set(ev_a) | set(ev_b)):
+    for name in sorted(set(ev_a) | set(ev_b), key=_order):
         ea, eb = ev_a.get(name), ev_b.get(name)
-        evals[name] = (ea is not None and ea == eb, sum(int(s) for _, s in ea or []),
+        evals[name] = (bool(ea) and ea == eb, sum(int(s) for _, s in ea or []),
                        sum(int(s) for _, s in eb or []))
     ma = [json.loads(line) for line in (a / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
     mb = [json.loads(line) for line in (b / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -82,17 +92,25 @@ def compare_runs(a: Path, b: Path) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the comparison; exit 0 when the runs are identical, 1 when not, 2 on bad input."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run_a", type=Path)
-    parser.add_argument("run_b", type=Path)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     epilog="exit status: 0 identical, 1 not identical, 2 bad input")
+    parser.add_argument("run_a", type=Path, help="a training run's folder (eval.json, metrics.jsonl)")
+    parser.add_argument("run_b", type=Path, help="the run to compare it with")
     args = parser.parse_args(argv)
     for run in (args.run_a, args.run_b):
+        if not run.is_dir():
+            print(f"{run}: no such folder: give a training run's folder (results/runs/<run_id>)", file=sys.stderr)
+            return 2
         missing = [f for f in ("eval.json", "metrics.jsonl") if not (run / f).is_file()]
         if missing:
             print(f"{run}: no {', '.join(missing)}: give a training run's folder (results/runs/<run_id>)",
                   file=sys.stderr)
             return 2
-    res = compare_runs(args.run_a, args.run_b)
+    try:
+        res = compare_runs(args.run_a, args.run_b)
+    except ValueError as exc:  # json.JSONDecodeError
+        print(f"a record does not parse as JSON ({exc}): is a run still writing it?", file=sys.stderr)
+        return 2
     for name, (same, sa, sb) in res["evaluations"].items():
         print(f"{name:>10}: {'same' if same else 'DIFFERENT'} ({sa} and {sb} successes)")
     n_a, n_b = res["lines"]

@@ -65,3 +65,17 @@ def test_a_folder_without_records_is_refused(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert C.main([str(a), str(tmp_path / "empty")]) == 2
     assert "no eval.json, metrics.jsonl" in capsys.readouterr().err
+
+
+def test_nothing_to_compare_is_not_identical_and_bad_json_is_bad_input(tmp_path, capsys):
+    bare = {"before": {"iteration": 0}, "final": {"iteration": 2}}
+    a, b = _run(tmp_path / "a", ev=bare), _run(tmp_path / "b", ev=bare)
+    res = C.compare_runs(a, b)
+    assert not res["identical"] and res["evaluations"]["before"] == (False, 0, 0)
+    long = {"history": [{"iteration": k, "episodes": [["eval/a", 1]]} for k in (100, 12, 0)]}
+    c = _run(tmp_path / "c", ev=long)
+    assert list(C.compare_runs(c, c)["evaluations"]) == ["iter0", "iter12", "iter100"]
+    broken = _run(tmp_path / "broken")
+    (broken / "metrics.jsonl").write_text("{not json\n", encoding="utf-8")
+    assert C.main([str(a), str(broken)]) == 2 and "does not parse" in capsys.readouterr().err
+    assert C.main([str(a), str(tmp_path / "nope")]) == 2 and "no such folder" in capsys.readouterr().err
