@@ -230,7 +230,7 @@ def render(res: dict) -> str:
     m = res.get("machine") or {}
     machines = res.get("runs_machine") or []
     lines += ["Machine: " + ("; ".join(machines) if machines else
-                             machine_label(m) + "; the summarising process's, the runs did not record theirs") + "."]
+                             (machine_label(m) or "not recorded") + "; the summarising process's, the runs did not record theirs") + "."]
     lines += [f"Load when summarised: `{res['uptime']}`; code: "
               + (f"commit `{code['commit'][:7]}`{' with uncommitted changes' if code['dirty'] else ''}."
                  if code else "not a git checkout.")]
