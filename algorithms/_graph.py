@@ -1,6 +1,6 @@
 """Helpers shared by the graph estimators (G2PO, GiGPO): successors and diagnostics.
 
-Rows are in canonical order (see :mod:`algorithms._prep`). A *node* is a dense id in
+Rows are in canonical order (see :mod:`g2po_bench.algorithms._prep`). A *node* is a dense id in
 ``0..num_nodes-1``; the two terminal nodes get the ids ``num_nodes`` (terminal success) and
 ``num_nodes + 1`` (terminal failure, truncation at the step limit included), ALGORITHMS.md
 "G2PO" step 3.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from algorithms._prep import Prepared
-from algorithms.normalize import SegmentStats, count_distinct, factorize, pair_key
+from g2po_bench.algorithms._prep import Prepared
+from g2po_bench.algorithms.normalize import SegmentStats, count_distinct, factorize, pair_key
 
 __all__ = ["successor_ids", "graph_diagnostics"]
 

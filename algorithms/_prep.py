@@ -1,4 +1,4 @@
-"""Shared preprocessing of a :class:`~algorithms.batch.StepBatch` for the vectorized estimators.
+"""Shared preprocessing of a :class:`~g2po_bench.core.batch.StepBatch` for the vectorized estimators.
 
 The estimators work in a *canonical row order*: rows sorted by (group_id, traj_id, step), so
 that every trajectory is a contiguous run of rows in step order and every task group is a
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from algorithms.batch import StepBatch
-from algorithms.normalize import factorize
+from g2po_bench.algorithms.normalize import factorize
+from g2po_bench.core.batch import StepBatch
 
 __all__ = ["Prepared", "prepare", "reverse_linear_scan"]
 

@@ -4,16 +4,16 @@ Source: ALGORITHMS.md "Training loop facts" (the reference batch: 16 task groups
 ALFWorld's 50-step limit; the reference G2PO advantage step costs about 1 s per iteration in
 pure-Python loops). Run::
 
-    python -m algorithms.bench                      # reference batch, 1e5 and 1e6 rows
-    python -m algorithms.bench --sizes reference 100000 --repeats 5 --json out.json
+    python -m g2po_bench.algorithms.bench                      # reference batch, 1e5 and 1e6 rows
+    python -m g2po_bench.algorithms.bench --sizes reference 100000 --repeats 5 --json out.json
 
 For every estimator and batch size it reports rows/s and ms per batch of the vectorized
 estimator (median wall time of at least ``repeats`` runs after one warm-up, the minimum, and
 the median CPU time of the process, which a busy shared machine inflates less) and of the per-row oracle
-(:mod:`algorithms.oracle`, one run), and the speed-up. When the oracle would take longer than
+(:mod:`g2po_bench.algorithms.oracle`, one run), and the speed-up. When the oracle would take longer than
 ``oracle_time_limit`` seconds (predicted from its rate on the previous size) it is not run
 and its time is extrapolated linearly from that rate (marked "extrapolated"). Batches come
-from :func:`algorithms.synthetic.random_step_batch`; PPO gets random critic values.
+from :func:`g2po_bench.algorithms.synthetic.random_step_batch`; PPO gets random critic values.
 Everything runs in this process on one core (numpy's sort and bincount are single-threaded).
 """
 
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from algorithms.registry import available_estimators, estimate
+from g2po_bench.algorithms.registry import available_estimators, estimate
 
 __all__ = ["run_advantage_benchmark", "format_table", "main"]
 
@@ -37,7 +37,7 @@ REFERENCE = "reference"
 
 
 def _make_batch(size: int | str, seed: int):
-    from algorithms.synthetic import batch_with_rows, reference_batch
+    from g2po_bench.algorithms.synthetic import batch_with_rows, reference_batch
 
     rng = np.random.default_rng(seed)
     if size == REFERENCE:
@@ -83,7 +83,7 @@ def run_advantage_benchmark(
     Raises:
         ValueError: repeats < 1 or an unknown estimator.
     """
-    from algorithms.oracle import oracle_estimate
+    from g2po_bench.algorithms.oracle import oracle_estimate
 
     if repeats < 1:
         raise ValueError("repeats must be >= 1")
@@ -161,7 +161,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``python -m algorithms.bench [--sizes ...] [--estimators ...]``."""
+    """Command line: ``python -m g2po_bench.algorithms.bench [--sizes ...] [--estimators ...]``."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", nargs="+", default=[REFERENCE, "100000", "1000000"],
                         help="'reference' and/or row counts")

@@ -86,11 +86,10 @@ from typing import Any
 
 import numpy as np
 
-from algorithms._graph import graph_diagnostics, successor_ids
-from algorithms._prep import prepare
-from algorithms.batch import StepBatch
-from algorithms.grpo import EPISODE_STATS, episode_advantage
-from algorithms.normalize import (
+from g2po_bench.algorithms._graph import graph_diagnostics, successor_ids
+from g2po_bench.algorithms._prep import prepare
+from g2po_bench.algorithms.grpo import EPISODE_STATS, episode_advantage
+from g2po_bench.algorithms.normalize import (
     EPS,
     apply_normalization,
     factorize,
@@ -98,7 +97,8 @@ from algorithms.normalize import (
     group_normalize,
     segment_stats,
 )
-from algorithms.registry import AdvantageResult, in_range, register_estimator
+from g2po_bench.algorithms.registry import AdvantageResult, in_range, register_estimator
+from g2po_bench.core.batch import StepBatch
 
 __all__ = ["g2po", "COMPONENTS", "GRAPH_SCOPES", "EDGE_NORM_SCOPES", "NODE_REFERENCE_SETS"]
 

@@ -51,18 +51,18 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from algorithms._graph import graph_diagnostics, successor_ids
-from algorithms._prep import Prepared, prepare, reverse_linear_scan
-from algorithms.batch import StepBatch
-from algorithms.grpo import EPISODE_STATS, episode_advantage
-from algorithms.normalize import (
+from g2po_bench.algorithms._graph import graph_diagnostics, successor_ids
+from g2po_bench.algorithms._prep import Prepared, prepare, reverse_linear_scan
+from g2po_bench.algorithms.grpo import EPISODE_STATS, episode_advantage
+from g2po_bench.algorithms.normalize import (
     EPS,
     apply_normalization,
     factorize,
     factorize_pairs,
     segment_stats,
 )
-from algorithms.registry import AdvantageResult, in_range, register_estimator
+from g2po_bench.algorithms.registry import AdvantageResult, in_range, register_estimator
+from g2po_bench.core.batch import StepBatch
 
 __all__ = ["gigpo", "step_returns", "similarity_step_groups", "GROUPINGS"]
 

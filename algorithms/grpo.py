@@ -35,10 +35,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from algorithms._prep import Prepared, prepare
-from algorithms.batch import StepBatch
-from algorithms.normalize import EPS, apply_normalization, segment_stats
-from algorithms.registry import AdvantageResult, in_range, register_estimator
+from g2po_bench.algorithms._prep import Prepared, prepare
+from g2po_bench.algorithms.normalize import EPS, apply_normalization, segment_stats
+from g2po_bench.algorithms.registry import AdvantageResult, in_range, register_estimator
+from g2po_bench.core.batch import StepBatch
 
 __all__ = ["grpo", "episode_advantage", "EPISODE_STATS"]
 
@@ -56,7 +56,7 @@ def episode_advantage(
     """The episode term A_EP of every row, in canonical order (ALGORITHMS.md "GRPO").
 
     Args:
-        prep: the prepared batch (:func:`algorithms._prep.prepare`).
+        prep: the prepared batch (:func:`g2po_bench.algorithms._prep.prepare`).
         mode: "mean_std_norm" or "mean_norm".
         invalid_penalty: p, subtracted from the score of invalid rows.
         episode_stat: "steps" (reference) or "trajectories" (see the module docstring).

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from algorithms.batch import StepBatch
+from g2po_bench.core.batch import StepBatch
 
 __all__ = [
     "oracle_estimate",

@@ -40,9 +40,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from algorithms._prep import prepare, reverse_linear_scan
-from algorithms.batch import StepBatch
-from algorithms.registry import AdvantageResult, in_range, register_estimator
+from g2po_bench.algorithms._prep import prepare, reverse_linear_scan
+from g2po_bench.algorithms.registry import AdvantageResult, in_range, register_estimator
+from g2po_bench.core.batch import StepBatch
 
 __all__ = ["ppo", "CONVENTIONS"]
 

@@ -1,6 +1,6 @@
 """The advantage-estimator registry (modelled on verl's ``register_adv_est``).
 
-An advantage estimator is a pure, vectorized function of a :class:`~algorithms.batch.StepBatch`
+An advantage estimator is a pure, vectorized function of a :class:`~g2po_bench.core.batch.StepBatch`
 that returns one scalar advantage per step row (DESIGN.md "algorithms/"). Estimators are
 registered by name with their options and defaults; the trainer, the config validation
 (``g2po/config.py``) and the benchmark only talk to this module.
@@ -30,7 +30,7 @@ Write one decorated function in a new module of ``algorithms/`` and import that 
 ``algorithms/__init__.py`` (next to the built-ins) so that importing ``algorithms`` registers it::
 
     import numpy as np
-    from algorithms.registry import AdvantageResult, register_estimator
+    from g2po_bench.algorithms.registry import AdvantageResult, register_estimator
 
     @register_estimator(
         "reinforce",                              # the name used in configs: algorithm.name
@@ -62,7 +62,7 @@ from typing import Any
 
 import numpy as np
 
-from algorithms.batch import StepBatch
+from g2po_bench.core.batch import StepBatch
 
 __all__ = [
     "AdvantageResult",
@@ -234,7 +234,7 @@ def register_estimator(
 
 def _ensure_builtins() -> None:
     # Importing the package registers the built-in estimators (algorithms/__init__.py).
-    import algorithms  # noqa: F401
+    import g2po_bench.algorithms  # noqa: F401
 
 
 def available_estimators() -> list[str]:

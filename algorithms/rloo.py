@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from algorithms._prep import prepare
-from algorithms.batch import StepBatch
-from algorithms.grpo import EPISODE_STATS
-from algorithms.normalize import segment_stats
-from algorithms.registry import AdvantageResult, register_estimator
+from g2po_bench.algorithms._prep import prepare
+from g2po_bench.algorithms.grpo import EPISODE_STATS
+from g2po_bench.algorithms.normalize import segment_stats
+from g2po_bench.algorithms.registry import AdvantageResult, register_estimator
+from g2po_bench.core.batch import StepBatch
 
 __all__ = ["rloo"]
 

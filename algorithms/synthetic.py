@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from algorithms.batch import StepBatch, hash_state_key
+from g2po_bench.core.batch import StepBatch, hash_state_key
 
 __all__ = ["random_step_batch", "reference_batch", "batch_with_rows", "batch_from_trajectories"]
 
@@ -140,7 +140,7 @@ def batch_from_trajectories(
     Each trajectory is a mapping with:
 
     - ``"keys"``: the state key of every step (ints, or strings hashed with
-      :func:`algorithms.batch.hash_state_key`); its length is T.
+      :func:`g2po_bench.core.batch.hash_state_key`); its length is T.
     - ``"group"``: task group id (default 0).
     - ``"success"``: bool (default False).
     - ``"rewards"``: T rewards (default: ``success_reward`` on the last step of a success,

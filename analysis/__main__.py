@@ -1,7 +1,7 @@
-"""``python -m analysis RESULTS_DIR --out DIR``: write the report (see :mod:`analysis.report`)."""
+"""``python -m analysis RESULTS_DIR --out DIR``: write the report (see :mod:`g2po_bench.analysis.report`)."""
 
 import sys
 
-from analysis.report import main
+from g2po_bench.analysis.report import main
 
 sys.exit(main())

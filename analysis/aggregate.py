@@ -21,7 +21,7 @@ Missing values (NaN) are dropped before aggregating; they never count as 0.
 
 Example::
 
-    from analysis.aggregate import metrics_long, aggregate_metrics
+    from g2po_bench.analysis.aggregate import metrics_long, aggregate_metrics
     long = metrics_long(loaded.runs, which="final")      # one row per run x metric, in %
     cells = aggregate_metrics(long)                       # one row per method/size/metric
 """
@@ -35,8 +35,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.naming import ALFWORLD_TASK_TYPES, TASK_TYPE_METRIC, env_metric_names, method_sort_key
-from results.stats import DEFAULT_N_BOOT, bootstrap_ci
+from g2po_bench.analysis.naming import (
+    ALFWORLD_TASK_TYPES,
+    TASK_TYPE_METRIC,
+    env_metric_names,
+    method_sort_key,
+)
+from g2po_bench.core.stats import DEFAULT_N_BOOT, bootstrap_ci
 
 __all__ = [
     "mean_std",
@@ -131,7 +136,7 @@ def metrics_long(runs: pd.DataFrame, which: str = "final") -> pd.DataFrame:
 
     Returns:
         DataFrame with columns ``run_id, model_size, method_label, method, variant, env, seed,
-        in_progress, metric, value``. ``metric`` names follow :mod:`results.reference`
+        in_progress, metric, value``. ``metric`` names follow :mod:`g2po_bench.analysis.reference`
         (ALFWorld: ``success_all`` and ``success_<pick|look|clean|heat|cool|pick2>``; other
         envs: ``<env>_success`` and ``<env>_score``). Success rates are converted from
         fractions to % (x 100); scores are taken as logged (WebShop: mean reward x 100). The
@@ -269,12 +274,12 @@ def improvement_over_warm_start(
     For each (env, model size, method label), the runs' ``eval.json`` ``before`` and ``final``
     evaluations give per-episode successes on the same panel; the improvement is their mean
     difference over seeds and episodes, with the paired two-level bootstrap CI of
-    :func:`results.stats.paired_improvement_ci` (seeds, then panel episodes). Runs whose
+    :func:`g2po_bench.core.stats.paired_improvement_ci` (seeds, then panel episodes). Runs whose
     ``eval.json`` has no per-episode record (older runs) fall back to one value per seed
     (``final - before``) and a bootstrap over seeds.
 
     Args:
-        runs: :attr:`analysis.load.LoadedRuns.runs` (needs ``path``, ``before.success_rate``,
+        runs: :attr:`g2po_bench.analysis.load.LoadedRuns.runs` (needs ``path``, ``before.success_rate``,
             ``final.success_rate`` and the identity columns).
         at_train_temperature: use the panel played at the training temperature instead
             (``eval.json`` ``at_train_temperature``, written with ``eval.at_train_temperature``): a
@@ -287,7 +292,7 @@ def improvement_over_warm_start(
     """
     import json
 
-    from results.stats import paired_improvement_ci
+    from g2po_bench.core.stats import paired_improvement_ci
 
     rows = []
     if runs is None or runs.empty or "before.success_rate" not in runs:
@@ -364,24 +369,24 @@ def method_differences(
     seed played the same held-out panel after RL (the same tasks; the episodes are matched by
     task id, so the two panels must hold the same tasks); the difference ``method - baseline`` is
     the mean over common seeds and episodes, with the two-level paired bootstrap CI of
-    :func:`results.stats.paired_improvement_ci` (seeds, then episodes; the baseline's final
+    :func:`g2po_bench.core.stats.paired_improvement_ci` (seeds, then episodes; the baseline's final
     evaluation plays the role of "before"). Pairing by seed only removes noise when both methods
     started RL from the same warm start and panel, as in a sweep with a shared warm start. Runs
     without per-episode records, duplicated seeds or panels of other tasks are left out; a pair
     with fewer than one common seed is not reported.
 
     Args:
-        runs: :attr:`analysis.load.LoadedRuns.runs` (``path``, ``seed`` and identity columns).
+        runs: :attr:`g2po_bench.analysis.load.LoadedRuns.runs` (``path``, ``seed`` and identity columns).
         at_train_temperature: compare the panels played at the training temperature
             (``eval.json`` ``at_train_temperature``) instead.
 
     Returns:
         One row per pair of methods, ``method`` the later of the two in the tables' row order
-        (:data:`analysis.naming.METHOD_ORDER`, e.g. G2PO after GRPO): ``env, model_size,
+        (:data:`g2po_bench.analysis.naming.METHOD_ORDER`, e.g. G2PO after GRPO): ``env, model_size,
         method_label, baseline_label, seeds, method_final, baseline_final, difference, ci_low,
         ci_high`` (success values in %, difference in points).
     """
-    from results.stats import paired_improvement_ci
+    from g2po_bench.core.stats import paired_improvement_ci
 
     cols = ["env", "model_size", "method_label", "baseline_label", "seeds", "method_final",
             "baseline_final", "difference", "ci_low", "ci_high"]

@@ -2,7 +2,7 @@
 
 Wiring (in ``g2po/cli.py``)::
 
-    from analysis.cli import add_report_arguments, run_report
+    from g2po_bench.analysis.cli import add_report_arguments, run_report
     p = subparsers.add_parser("report", help="tables and figures from run folders")
     add_report_arguments(p)
     p.set_defaults(func=run_report)        # run_report(args) -> exit code
@@ -48,8 +48,8 @@ def run_report(args: argparse.Namespace) -> int:
     if args.n_boot < 1 or not 0 < args.confidence < 1:
         print("error: --n-boot must be >= 1 and --confidence in (0, 1)", file=sys.stderr)
         return 2
-    from analysis.load import DuplicateRunsError, find_run_dirs
-    from analysis.report import build_report
+    from g2po_bench.analysis.load import DuplicateRunsError, find_run_dirs
+    from g2po_bench.analysis.report import build_report
 
     if not find_run_dirs(results_dir):
         print(f"error: no run folder under {str(results_dir)!r} (a run folder holds the config.yaml and "

@@ -1,6 +1,6 @@
 """Figures (seaborn on matplotlib's Agg backend; PNG files).
 
-Every function takes the frames of :func:`analysis.load.load_runs`, writes one PNG and returns
+Every function takes the frames of :func:`g2po_bench.analysis.load.load_runs`, writes one PNG and returns
 its path, or returns None (writing nothing) when the data for that figure are absent, so a
 report on a partial set of runs simply has fewer figures; :func:`figure_skip_reason` then
 says why in words (for the report's "missing" list).
@@ -39,7 +39,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from analysis.naming import method_sort_key, model_size_sort_key  # noqa: E402
+from g2po_bench.analysis.naming import method_sort_key, model_size_sort_key  # noqa: E402
 
 __all__ = [
     "plot_learning_curves",

@@ -8,7 +8,7 @@
 (the CPU default). Writes ``FILE.png`` (networkx + matplotlib) and ``FILE.html`` (plotly, with
 ``plotly.min.js`` beside it); default ``RUN/graphs/iter<K>_group<G>[_vs_<ESTIMATOR>].png``.
 ``--iteration`` defaults to the last recorded iteration, ``--group`` to the group whose success
-rate is closest to 50 % (:func:`analysis.state_graph.choose_group`). ``--compare gigpo`` draws
+rate is closest to 50 % (:func:`g2po_bench.analysis.state_graph.choose_group`). ``--compare gigpo`` draws
 the run's own credit and the other estimator's, recomputed with the registry on the recorded
 steps, side by side. A bad argument prints one line and exits with status 2.
 """
@@ -70,7 +70,7 @@ def draw_group(run_root: str | os.PathLike, *, iteration: int = -1, group: int |
     Args:
         run_root: the run folder.
         iteration: training iteration; -1 = the last recorded.
-        group: task group id; None = :func:`analysis.state_graph.choose_group`.
+        group: task group id; None = :func:`g2po_bench.analysis.state_graph.choose_group`.
         out: the PNG path (default ``<run>/graphs/iter<K>_group<G>[_vs_<compare>].png``).
         compare: another registered estimator drawn beside the run's own (recomputed on the
             recorded steps), or None.
@@ -81,12 +81,17 @@ def draw_group(run_root: str | os.PathLike, *, iteration: int = -1, group: int |
         :class:`GroupDrawing`.
 
     Raises:
-        FileNotFoundError: no run folder or no step table (see :func:`results.steptable.read_step_table`).
+        FileNotFoundError: no run folder or no step table (see :func:`g2po_bench.core.steptable.read_step_table`).
         ValueError: unknown group or estimator, or PPO without recorded critic values.
     """
-    from analysis.graph_plot import caption, draw_png, layered_layout, write_html
-    from analysis.state_graph import build_group_graph, choose_group, compared_rows, group_rows
-    from results.steptable import read_step_table
+    from g2po_bench.analysis.graph_plot import caption, draw_png, layered_layout, write_html
+    from g2po_bench.analysis.state_graph import (
+        build_group_graph,
+        choose_group,
+        compared_rows,
+        group_rows,
+    )
+    from g2po_bench.core.steptable import read_step_table
 
     table = read_step_table(run_root, iteration)
     it = table.iteration
@@ -132,10 +137,10 @@ def run_graph(args: argparse.Namespace) -> int:
 
 def report_state_graphs(runs, fig_dir: str | os.PathLike) -> tuple[list[tuple[str, GroupDrawing]], list[str]]:
     """One state-graph PNG per G2PO run of a report: the last recorded iteration (normally the
-    final one), the group :func:`analysis.state_graph.choose_group` picks.
+    final one), the group :func:`g2po_bench.analysis.state_graph.choose_group` picks.
 
     Args:
-        runs: the ``runs`` frame of :func:`analysis.load.load_runs` (``run_id``, ``path``,
+        runs: the ``runs`` frame of :func:`g2po_bench.analysis.load.load_runs` (``run_id``, ``path``,
             ``algorithm``).
         fig_dir: where the PNGs go (``state_graph_<run id>.png``).
 
@@ -144,7 +149,7 @@ def report_state_graphs(runs, fig_dir: str | os.PathLike) -> tuple[list[tuple[st
         run without a drawing (no step tables: trained with ``record_graphs=false``; or the
         error met). Never raises for one run's problem.
     """
-    from results.steptable import recorded_iterations
+    from g2po_bench.core.steptable import recorded_iterations
 
     drawn: list[tuple[str, GroupDrawing]] = []
     missing: list[str] = []

@@ -3,7 +3,7 @@
 What a drawing encodes (one panel per estimator; with ``--compare`` two panels side by side
 share one layout and one colour scale, so the same edge can be compared directly):
 
-- **nodes**: states of the group (:func:`analysis.state_graph.build_group_graph`); area grows
+- **nodes**: states of the group (:func:`g2po_bench.analysis.state_graph.build_group_graph`); area grows
   with the number of visits; colour = the estimator's node value (G2PO: V(n), the group-
   aggregated value; GiGPO: the mean step return of the step group; grey when the estimator has
   none), viridis from 0 to the success reward; the start state is a square with a thick
@@ -57,7 +57,7 @@ def layered_layout(g: nx.DiGraph) -> dict[str, tuple[float, float]]:
     """Node positions: one column per ``layer`` (see the module docstring), x in [-1, 1].
 
     Args:
-        g: a graph of :func:`analysis.state_graph.build_group_graph` (nodes carry ``layer``).
+        g: a graph of :func:`g2po_bench.analysis.state_graph.build_group_graph` (nodes carry ``layer``).
 
     Returns:
         node -> (x, y).

@@ -2,7 +2,7 @@
 
 A run folder is any folder (at any depth under ``results_dir``) holding at least one of
 ``config.yaml``, ``metrics.jsonl``, ``eval.json``, ``status.json`` (the layout of
-:mod:`results.rundir`); the search does not descend into a run folder. ``results_dir`` may be
+:mod:`g2po_bench.core.rundir`); the search does not descend into a run folder. ``results_dir`` may be
 ``results/``, ``results/runs/`` or a sweep's output folder.
 
 Nothing about one run is fatal: a run that cannot be used is *skipped* and reported as a
@@ -30,7 +30,7 @@ Included with a warning (``action == "included"``): unreadable ``status.json`` n
 evaluation, torn lines in ``metrics.jsonl``, a finished run without a ``final`` evaluation
 (its latest one is used), several runs of the same method/size/env/seed, a
 *crashed-heavy* iteration in ``metrics.jsonl`` (more than half of its episodes crashed,
-:mod:`results.crashes`; column ``metrics.crashed_heavy`` counts them).
+:mod:`g2po_bench.core.crashes`; column ``metrics.crashed_heavy`` counts them).
 
 Runs still in progress (``status.json`` state ``"running"``, or ``"interrupted"`` by a signal
 and waiting for a relaunch to resume) are included with their latest
@@ -49,7 +49,7 @@ Frames (:class:`LoadedRuns`):
     state: ``state`` ("running" | "done" | "unknown"), ``in_progress`` (bool),
     ``status.iteration``, ``status.total_iterations``, ``status.updated``;
     provenance from ``status.json``: ``code.commit`` (40 hex), ``code.dirty`` (bool) and
-    ``machine`` (:func:`results.rundir.machine_label`), None where the run did not record them;
+    ``machine`` (:func:`g2po_bench.core.rundir.machine_label`), None where the run did not record them;
     evaluations, for ``E`` in ``final``, ``best``, ``before``: ``E.iteration``,
     ``E.success_rate`` (fraction), ``E.score``, ``E.num_episodes``, ``E.mean_steps``,
     ``E.task.<task type>`` (fraction), plus ``final.source``;
@@ -68,7 +68,7 @@ Frames (:class:`LoadedRuns`):
 
 Example::
 
-    from analysis.load import load_runs
+    from g2po_bench.analysis.load import load_runs
     loaded = load_runs("results/runs")
     loaded.runs[["method", "model_size", "seed", "final.success_rate"]]
     for p in loaded.problems: print(p)
@@ -87,7 +87,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from analysis.naming import (
+from g2po_bench.analysis.naming import (
     get_path,
     is_baseline,
     method_label,
@@ -95,8 +95,8 @@ from analysis.naming import (
     model_size_of,
     variant_of,
 )
-from results.crashes import CRASHED_HEAVY_FRACTION, crashed_heavy_iterations
-from results.rundir import RunDir, machine_label
+from g2po_bench.core.crashes import CRASHED_HEAVY_FRACTION, crashed_heavy_iterations
+from g2po_bench.core.rundir import RunDir, machine_label
 
 __all__ = ["RunProblem", "LoadedRuns", "DuplicateRunsError", "load_runs", "find_run_dirs", "IDENTITY_COLUMNS"]
 

@@ -33,7 +33,7 @@ without the WebShop preset keeps the dataclass default ``mean_std_norm`` and so 
 Model size (``model_size``): an explicit ``tags.model_size`` (or top-level ``model_size``) in
 the config wins; else ``model.path`` None -> "tiny" (the CPU model); else the size token of
 the path's basename (``Qwen2.5-1.5B-Instruct`` -> "1.5B", ``qwen2.5-7b-instruct`` -> "7B");
-else the basename itself. :func:`analysis.load.load_runs` also takes ``column_overrides``
+else the basename itself. :func:`g2po_bench.analysis.load.load_runs` also takes ``column_overrides``
 (``{run_id: {"model_size": "7B"}}``) for runs whose config cannot say it.
 """
 
@@ -45,7 +45,7 @@ from collections.abc import Mapping
 from pathlib import PurePath
 from typing import Any
 
-from benchmarks.alfworld.games import TASK_TYPES as ALFWORLD_TASK_TYPES
+from g2po_bench.benchmarks.alfworld.games import TASK_TYPES as ALFWORLD_TASK_TYPES
 
 __all__ = [
     "ALFWORLD_TASK_TYPES",

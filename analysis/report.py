@@ -1,9 +1,9 @@
 """The report: tables, figures and what is missing, from a results folder, in one Markdown file.
 
 ``write_report(results_dir, out_dir)`` loads every run under ``results_dir``
-(:func:`analysis.load.load_runs`), aggregates over seeds (:mod:`analysis.aggregate`), builds
-Table 1 and Table 2 beside the published numbers (:mod:`analysis.tables`), draws the figures
-(:mod:`analysis.figures`) and writes into ``out_dir``:
+(:func:`g2po_bench.analysis.load.load_runs`), aggregates over seeds (:mod:`g2po_bench.analysis.aggregate`), builds
+Table 1 and Table 2 beside the published numbers (:mod:`g2po_bench.analysis.tables`), draws the figures
+(:mod:`g2po_bench.analysis.figures`) and writes into ``out_dir``:
 
 - ``report.md``: the tables, the per-cell 95 % bootstrap intervals, the IQM aggregate, the
   ablation/variant table (if any), the figures, and "What is missing" (published cells with no
@@ -12,13 +12,13 @@ Table 1 and Table 2 beside the published numbers (:mod:`analysis.tables`), draws
 - ``runs.csv`` (the runs frame), ``cells.csv`` (aggregated cells with CIs),
   ``table1_cells.csv``/``table2_cells.csv`` (ours, reference and difference, numeric);
 - ``figures/*.png``, including one state graph per G2PO run that recorded step tables
-  (:func:`analysis.graph_cli.report_state_graphs`).
+  (:func:`g2po_bench.analysis.graph_cli.report_state_graphs`).
 
 It works on an empty folder, a partial set of runs and runs still in progress; the only fatal
 error is a ``results_dir`` that does not exist (:class:`FileNotFoundError`).
 
 Command line: ``python -m analysis RESULTS_DIR --out DIR`` (or ``g2po report`` once wired with
-:func:`analysis.cli.add_report_arguments` and :func:`analysis.cli.run_report`), or
+:func:`g2po_bench.analysis.cli.add_report_arguments` and :func:`g2po_bench.analysis.cli.run_report`), or
 :func:`main` with an argv list.
 """
 
@@ -32,8 +32,8 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import figures as F
-from analysis.aggregate import (
+from g2po_bench.analysis import figures as F
+from g2po_bench.analysis.aggregate import (
     DEFAULT_N_BOOT,
     aggregate_iqm,
     aggregate_metrics,
@@ -41,9 +41,9 @@ from analysis.aggregate import (
     method_differences,
     metrics_long,
 )
-from analysis.load import LoadedRuns, load_runs
-from analysis.naming import method_sort_key, model_size_sort_key
-from analysis.tables import MISSING, TABLE1, TABLE2, Table, build_table, format_ours
+from g2po_bench.analysis.load import LoadedRuns, load_runs
+from g2po_bench.analysis.naming import method_sort_key, model_size_sort_key
+from g2po_bench.analysis.tables import MISSING, TABLE1, TABLE2, Table, build_table, format_ours
 
 __all__ = ["write_report", "main", "ReportResult", "build_report"]
 
@@ -77,10 +77,10 @@ def write_report(
         results_dir: folder searched for run folders.
         out_dir: where to write (created).
         which: "final" or "best" evaluation of each run.
-        reference: published numbers (default :func:`results.reference.load_reference`).
+        reference: published numbers (default :func:`g2po_bench.analysis.reference.load_reference`).
         n_boot, seed, confidence: bootstrap settings.
         figures: False skips the PNG figures (faster).
-        column_overrides: passed to :func:`analysis.load.load_runs`.
+        column_overrides: passed to :func:`g2po_bench.analysis.load.load_runs`.
 
     Raises:
         FileNotFoundError: ``results_dir`` does not exist.
@@ -114,7 +114,7 @@ def build_report(
     if which not in ("final", "best"):
         raise ValueError(f"which must be 'final' or 'best', got {which!r}")
     if reference is None:
-        from results.reference import load_reference
+        from g2po_bench.analysis.reference import load_reference
 
         reference = load_reference()
     out = Path(out_dir)
@@ -164,7 +164,7 @@ def build_report(
         figs["singleton_fraction"] = F.plot_singleton_fraction(loaded.curves, fig_dir / "singleton_fraction.png")
     graphs: tuple[list, list] = ([], [])
     if figures:
-        from analysis.graph_cli import report_state_graphs
+        from g2po_bench.analysis.graph_cli import report_state_graphs
 
         graphs = report_state_graphs(loaded.runs, fig_dir)
 
@@ -370,7 +370,7 @@ def _render(
         "",
         "Held-out success after RL (final evaluation) minus success before RL (after the warm start), "
         f"mean over seeds, in points, with a {pct} % paired bootstrap CI (seeds, then panel episodes, "
-        "`results.stats.paired_improvement_ci`; over seeds only where a run lacks per-episode records). "
+        "`g2po_bench.core.stats.paired_improvement_ci`; over seeds only where a run lacks per-episode records). "
         "File: `improvement.csv`.",
         "",
         _improvement_section(improvement).rstrip("\n"),
@@ -394,7 +394,7 @@ def _render(
             "Final held-out success of the later method in the table order minus the earlier one's, over "
             "the seeds both ran, with a "
             f"{pct} % paired bootstrap CI (seeds, then panel episodes matched by task; "
-            "`analysis.aggregate.method_differences`). Pairing by seed is meaningful when the runs of a seed "
+            "`g2po_bench.analysis.aggregate.method_differences`). Pairing by seed is meaningful when the runs of a seed "
             "start RL from the same warm start and play the same panel (a shared warm-start cache). File: "
             + ("`differences_at_train_temperature.csv`." if at_t else "`differences.csv`."),
             "",
@@ -442,7 +442,7 @@ def _render(
                    f"![state graph of {run_id}]({rel})", "", d.caption, ""]
     md += ["", "## Code and machines", "",
            "What produced the runs (`status.json` `code` and `machine`): the same commit, config and seed "
-           "give the same episodes only on a CPU with the same kernels (`results.rundir.machine_info`). "
+           "give the same episodes only on a CPU with the same kernels (`g2po_bench.core.rundir.machine_info`). "
            "Columns `code.commit`, `code.dirty`, `machine` in `runs.csv`.", ""]
     md += _provenance_lines(runs)
     md += ["", "## What is missing", "", "### Published cells without runs", ""]
@@ -472,7 +472,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m analysis RESULTS_DIR --out DIR [--which best] [--n-boot N] [--seed S] [--no-figures]``."""
     import argparse
 
-    from analysis.cli import add_report_arguments, run_report
+    from g2po_bench.analysis.cli import add_report_arguments, run_report
 
     parser = argparse.ArgumentParser(prog="g2po report", description="Tables and figures from run folders, beside the published numbers.")
     add_report_arguments(parser)

@@ -45,7 +45,7 @@ import networkx as nx
 import numpy as np
 import pandas as pd
 
-from results.steptable import StepTable
+from g2po_bench.core.steptable import StepTable
 
 __all__ = [
     "SUCCESS",
@@ -118,7 +118,7 @@ def choose_group(table: StepTable) -> int:
 
 
 def _step_batch(frame: pd.DataFrame):
-    from algorithms.batch import StepBatch
+    from g2po_bench.core.batch import StepBatch
 
     return StepBatch(
         group_id=frame["group_id"].to_numpy(np.int64), traj_id=frame["traj_id"].to_numpy(np.int64),
@@ -146,7 +146,7 @@ def recompute(table: StepTable, estimator: str, options: dict[str, Any] | None =
     Raises:
         ValueError: unknown estimator or option; PPO on a run that recorded no critic values.
     """
-    from algorithms.registry import COMMON_OPTIONS, estimate, estimator_spec
+    from g2po_bench.algorithms.registry import COMMON_OPTIONS, estimate, estimator_spec
 
     spec = estimator_spec(estimator)
     run_opts = table.options
@@ -261,7 +261,7 @@ def _assign_layers(g: nx.DiGraph, starts: set[str], step: np.ndarray) -> None:
 
 
 def graph_counts(g: nx.DiGraph) -> dict[str, float]:
-    """The graph's numbers in the estimator's diagnostic terms (:mod:`algorithms._graph`):
+    """The graph's numbers in the estimator's diagnostic terms (:mod:`g2po_bench.algorithms._graph`):
     ``nodes`` (state nodes, terminals excluded), ``edges`` (distinct node -> successor pairs,
     terminal edges included), ``node_size_max`` (most visits of a state node),
     ``singleton_frac`` (fraction of rows whose node has one visit), ``rows``."""

@@ -1,13 +1,13 @@
 """Synthetic run folders with known numbers, for tests and for trying the report without runs.
 
-Writes the layout of :mod:`results.rundir` (with its atomic writers): ``config.yaml``,
+Writes the layout of :mod:`g2po_bench.core.rundir` (with its atomic writers): ``config.yaml``,
 ``metrics.jsonl``, ``eval.json``, ``status.json``. The config holds only the keys the
 analysis reads (``env.name``, ``algorithm.name``/``mode``/``step_weight``/``options``,
 ``model.path``, ``seed``, ``train.iterations``); values you pass are written verbatim.
 
 Example::
 
-    from analysis.synthetic import write_synthetic_run, write_demo_results
+    from g2po_bench.analysis.synthetic import write_synthetic_run, write_demo_results
     write_synthetic_run("out/runs/a", env="alfworld", algorithm="g2po", seed=0,
                         final={"success_rate": 0.5, "per_task_type": {...}})
     write_demo_results("out/runs")   # a small, complete set of runs for a demo report
@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from analysis.naming import ALFWORLD_TASK_TYPES
-from results.rundir import RunDir, atomic_write_json, atomic_write_text
+from g2po_bench.analysis.naming import ALFWORLD_TASK_TYPES
+from g2po_bench.core.rundir import RunDir, atomic_write_json, atomic_write_text
 
 __all__ = ["make_eval", "write_synthetic_run", "write_demo_results"]
 
@@ -37,7 +37,7 @@ def make_eval(
     num_episodes: int = 24,
     mean_steps: float = 10.0,
 ) -> dict[str, Any]:
-    """One EVAL record of ``eval.json`` (see :mod:`results.rundir`)."""
+    """One EVAL record of ``eval.json`` (see :mod:`g2po_bench.core.rundir`)."""
     return {
         "iteration": int(iteration),
         "success_rate": float(success_rate),
@@ -69,7 +69,7 @@ def write_synthetic_run(
     write_eval: bool = True,
     error: str | None = None,
 ) -> RunDir:
-    """Write one run folder; returns its :class:`~results.rundir.RunDir`.
+    """Write one run folder; returns its :class:`~g2po_bench.core.rundir.RunDir`.
 
     ``final``/``best``/``before`` None are left out of ``eval.json`` (``history`` defaults to
     ``[final]`` when ``final`` is given). ``metrics`` None writes one line per iteration with

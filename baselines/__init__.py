@@ -5,15 +5,15 @@ RL runs, so :mod:`analysis` puts their rows in the same tables.
 
 Public API (imported lazily, so ``import baselines`` is cheap):
 
-- :func:`run_baseline` (``baselines.run``): run one baseline and write its run folder;
-- :func:`load_baseline_config`, :class:`BaselineConfig` (``baselines.config``);
-- :func:`make_policy` (``baselines.policies``): ``"local" | "vllm" | "openai"``;
-- :func:`run_react`, :func:`run_reflexion`, :func:`run_direct` (``baselines.agents``);
-- :func:`select_examples` (``baselines.fewshot``): few-shot transcripts from expert walkthroughs;
-- :func:`ensure_smollm2` (``baselines.smollm2``): the cached SmolLM2-135M-Instruct folder.
+- :func:`run_baseline` (``g2po_bench.baselines.run``): run one baseline and write its run folder;
+- :func:`load_baseline_config`, :class:`BaselineConfig` (``g2po_bench.baselines.config``);
+- :func:`make_policy` (``g2po_bench.baselines.policies``): ``"local" | "vllm" | "openai"``;
+- :func:`run_react`, :func:`run_reflexion`, :func:`run_direct` (``g2po_bench.baselines.agents``);
+- :func:`select_examples` (``g2po_bench.baselines.fewshot``): few-shot transcripts from expert walkthroughs;
+- :func:`ensure_smollm2` (``g2po_bench.baselines.smollm2``): the cached SmolLM2-135M-Instruct folder.
 
 Command line: ``g2po eval baseline=react model.path=smollm2 env=alfworld env.data_dir=...``
-(see :mod:`baselines.config`); benchmark: ``python -m baselines.bench``.
+(see :mod:`g2po_bench.baselines.config`); benchmark: ``python -m g2po_bench.baselines.bench``.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ __all__ = ["run_baseline", "run_baseline_cli", "load_baseline_config", "Baseline
            "run_react", "run_reflexion", "run_direct", "select_examples", "ensure_smollm2"]
 
 _WHERE = {
-    "run_baseline": "baselines.run", "run_baseline_cli": "baselines.run",
-    "load_baseline_config": "baselines.config", "BaselineConfig": "baselines.config",
-    "make_policy": "baselines.policies", "run_react": "baselines.agents", "run_reflexion": "baselines.agents",
-    "run_direct": "baselines.agents", "select_examples": "baselines.fewshot", "ensure_smollm2": "baselines.smollm2",
+    "run_baseline": "g2po_bench.baselines.run", "run_baseline_cli": "g2po_bench.baselines.run",
+    "load_baseline_config": "g2po_bench.baselines.config", "BaselineConfig": "g2po_bench.baselines.config",
+    "make_policy": "g2po_bench.baselines.policies", "run_react": "g2po_bench.baselines.agents", "run_reflexion": "g2po_bench.baselines.agents",
+    "run_direct": "g2po_bench.baselines.agents", "select_examples": "g2po_bench.baselines.fewshot", "ensure_smollm2": "g2po_bench.baselines.smollm2",
 }
 
 

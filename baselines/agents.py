@@ -1,15 +1,15 @@
 """The prompting agents: direct prompting, ReAct and Reflexion, on the shared harness.
 
-All three play the evaluation panel through :class:`benchmarks.workers.EnvPool` with the
-run's step limit (``env.max_steps``) and return the EVAL record of :mod:`results.rundir`
+All three play the evaluation panel through :class:`g2po_bench.benchmarks.workers.EnvPool` with the
+run's step limit (``env.max_steps``) and return the EVAL record of :mod:`g2po_bench.core.rundir`
 (``iteration, success_rate, per_task_type, num_episodes, score, mean_steps, invalid_frac``),
 so their rows sit next to the RL rows cell by cell.
 
 - **direct**: the base model with the RL step prompt (``benchmark.build_prompt``, last
-  ``env.history_length`` steps), played by :func:`benchmarks.evaluation.evaluate`: exactly
+  ``env.history_length`` steps), played by :func:`g2po_bench.benchmarks.evaluation.evaluate`: exactly
   the protocol of an RL run's evaluation, with no training.
 - **ReAct** (Yao et al., 2023): reasoning and acting interleaved; every step the model sees
-  few-shot transcripts of solved *training* tasks (:mod:`baselines.fewshot`) and the whole
+  few-shot transcripts of solved *training* tasks (:mod:`g2po_bench.baselines.fewshot`) and the whole
   episode so far (its own thoughts, actions and the observations), and answers
   ``<think>...</think><action>...</action>``; one answer = one environment step.
 - **Reflexion** (Shinn et al., 2023): ReAct trials on the same task; after a failed trial the
@@ -33,19 +33,19 @@ from typing import Any
 
 import numpy as np
 
-from baselines.fewshot import Transcript
-from baselines.prompts import (
+from g2po_bench.baselines.fewshot import Transcript
+from g2po_bench.baselines.prompts import (
     COMPLETION_PREFIX,
     REFLECTION_PREFIX,
     StepView,
     render_react_prompt,
     render_reflection_prompt,
 )
-from benchmarks.base import Observation, RefusalStop, Task
-from benchmarks.parsing import ParsedAction, parse_response
-from benchmarks.policy import Policy
-from benchmarks.rollout import success_by_task_type
-from benchmarks.workers import EnvPool
+from g2po_bench.benchmarks.parsing import ParsedAction, parse_response
+from g2po_bench.benchmarks.policy import Policy
+from g2po_bench.benchmarks.rollout import success_by_task_type
+from g2po_bench.benchmarks.workers import EnvPool
+from g2po_bench.core.protocol import Observation, RefusalStop, Task
 
 __all__ = ["parse_step", "Episode", "run_react_episodes", "run_react", "run_reflexion", "run_direct",
            "summarise", "step_seed", "STOP", "stop_strings"]
@@ -70,11 +70,11 @@ def step_seed(seed: int, trial: int, t: int) -> int:
 
 
 def _parse_code_step(text: str) -> tuple[str, ParsedAction]:
-    """AppWorld: the code of ``<code>...</code>`` (:func:`benchmarks.appworld.prompt.parse_response`;
+    """AppWorld: the code of ``<code>...</code>`` (:func:`g2po_bench.benchmarks.appworld.prompt.parse_response`;
     the thought is optional, as for the other environments), or of a ``<code>`` left open at
     the end (servers drop the stop string); the code is kept as written (no lowercasing)."""
-    from benchmarks.appworld.prompt import FALLBACK_CHARS
-    from benchmarks.appworld.prompt import parse_response as parse_code
+    from g2po_bench.benchmarks.appworld.prompt import FALLBACK_CHARS
+    from g2po_bench.benchmarks.appworld.prompt import parse_response as parse_code
 
     m = _THINK_RE.search(text)
     thought = m.group(1).strip() if m else text.split("<code>")[0].strip()
@@ -94,7 +94,7 @@ def parse_step(text: str, env_name: str = "") -> tuple[str, ParsedAction]:
     Accepts ``<action>...</action>`` (the thought is optional), an ``<action>`` left open at the
     end (servers drop the stop string), or an ``Action: ...`` line. The action is lowercased
     and a trailing full stop removed; anything else is invalid (the environment gets the
-    fallback text of :func:`benchmarks.parsing.parse_response`, as in the RL rollouts).
+    fallback text of :func:`g2po_bench.benchmarks.parsing.parse_response`, as in the RL rollouts).
     """
     if env_name == "appworld":
         return _parse_code_step(text)
@@ -136,7 +136,7 @@ class Episode:
     done: bool = False
 
     def record(self, max_steps: int) -> dict[str, Any]:
-        """The trajectory dict (the keys of :func:`benchmarks.rollout.collect_rollouts`, plus
+        """The trajectory dict (the keys of :func:`g2po_bench.benchmarks.rollout.collect_rollouts`, plus
         ``trial`` and the steps)."""
         return {
             "traj_id": self.slot, "group_id": self.slot, "task_id": self.task.task_id,
@@ -173,7 +173,7 @@ def run_react_episodes(
 
     Args:
         stop_after_refusals: an episode ends (a failure, ``stuck``) after this many refused actions
-            in a row, as in RL rollouts (:class:`benchmarks.base.RefusalStop`); 0 = never.
+            in a row, as in RL rollouts (:class:`g2po_bench.core.protocol.RefusalStop`); 0 = never.
         examples: few-shot transcripts per task type (same type as the task; none if missing).
         memory: slot -> reflections shown in the prompt (Reflexion), newest last.
         prompt_options: extra keyword arguments of :func:`render_react_prompt`; with
@@ -352,9 +352,9 @@ def run_reflexion(policy: Policy, pool: EnvPool, env_name: str, panel: Sequence[
 def run_direct(policy: Policy, pool: EnvPool, benchmark: ModuleType, panel: Sequence[Task], *, max_steps: int,
                temperature: float, max_new_tokens: int, seed: int, episodes_per_task: int = 1,
                history_length: int = 2, stop_after_refusals: int = 0) -> dict[str, Any]:
-    """Direct prompting: :func:`benchmarks.evaluation.evaluate` with the RL step prompt (the
+    """Direct prompting: :func:`g2po_bench.benchmarks.evaluation.evaluate` with the RL step prompt (the
     reference template) and the RL episode end (``stop_after_refusals``)."""
-    from benchmarks.evaluation import evaluate
+    from g2po_bench.benchmarks.evaluation import evaluate
 
     return evaluate(policy, pool, benchmark, panel, iteration=0, max_steps=max_steps, temperature=temperature,
                     max_new_tokens=max_new_tokens, seed=seed, episodes_per_task=episodes_per_task,

@@ -2,9 +2,9 @@
 
 ::
 
-    python -m baselines.bench                        # 12 ALFWorld valid_seen games + 12 WebShop goals
-    python -m baselines.bench --envs webshop --methods react --num-tasks 4
-    python -m baselines.bench --model /models/Qwen2.5-1.5B-Instruct --set model.device=cuda
+    python -m g2po_bench.baselines.bench                        # 12 ALFWorld valid_seen games + 12 WebShop goals
+    python -m g2po_bench.baselines.bench --envs webshop --methods react --num-tasks 4
+    python -m g2po_bench.baselines.bench --model /models/Qwen2.5-1.5B-Instruct --set model.device=cuda
 
 Defaults: the evaluation panels of the RL runs (``select_panel`` over ALFWorld ``valid_seen``,
 round-robin over the six task types: 12 games = two per type; WebShop ``test`` goals), the
@@ -38,8 +38,8 @@ def _default_data() -> Path:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Arguments of ``python -m baselines.bench`` (environments, methods, panel size, output folder)."""
-    p = argparse.ArgumentParser(prog="python -m baselines.bench", description=__doc__.split("\n\n")[0])
+    """Arguments of ``python -m g2po_bench.baselines.bench`` (environments, methods, panel size, output folder)."""
+    p = argparse.ArgumentParser(prog="python -m g2po_bench.baselines.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--envs", nargs="+", default=["alfworld", "webshop"], choices=["alfworld", "webshop", "toy"])
     p.add_argument("--methods", nargs="+", default=["react", "reflexion"], choices=["direct", "react", "reflexion"])
     p.add_argument("--num-tasks", type=int, default=12, help="panel size per environment")
@@ -82,7 +82,7 @@ def format_rows(rows: list[dict], title: str) -> str:
     invalid-action fraction, generated tokens per second of generation time (``tok/s``), prompt
     tokens per second of generation time (``prompt tok/s``, the prefill side that dominates on a
     CPU), generation and wall seconds, success per task type (ALFWorld short names) and by trial."""
-    from benchmarks.alfworld.games import SHORT_NAMES, TASK_TYPES
+    from g2po_bench.benchmarks.alfworld.games import SHORT_NAMES, TASK_TYPES
 
     order = {t: i for i, t in enumerate(TASK_TYPES)}
 
@@ -127,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if rows else 1
     from rich.console import Console
 
-    from baselines.config import load_baseline_config
-    from baselines.run import run_baseline
+    from g2po_bench.baselines.config import load_baseline_config
+    from g2po_bench.baselines.run import run_baseline
 
     console = Console(stderr=True)
     data = args.data or _default_data()

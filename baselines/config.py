@@ -1,19 +1,19 @@
 """The ``baseline`` section of a baseline run's config, and loading it next to the RunConfig.
 
-A baseline run is configured like any run (:class:`g2po.config.RunConfig`: ``env.*``,
+A baseline run is configured like any run (:class:`g2po_bench.core.config.RunConfig`: ``env.*``,
 ``model.*``, ``eval.*``, ``seed``, ...) plus a ``baseline`` section (:class:`BaselineConfig`)
 that names the method and the policy backend. Both come from one YAML file and/or dotted
 ``key=value`` overrides; the ``baseline.*`` keys are split off here, the rest goes through
-:func:`g2po.config.load_config` unchanged (so every RunConfig check applies).
+:func:`g2po_bench.core.config.load_config` unchanged (so every RunConfig check applies).
 
 Shorthands on the command line (baseline runs only): ``baseline=react`` means
 ``baseline.name=react``, ``model=PATH`` means ``model.path=PATH``, ``env=NAME`` means
 ``env.name=NAME``; ``model.path=smollm2`` means the cached SmolLM2-135M-Instruct folder
-(:func:`baselines.smollm2.ensure_smollm2`, converted on first use).
+(:func:`g2po_bench.baselines.smollm2.ensure_smollm2`, converted on first use).
 
 What each baseline uses from the RunConfig: ``env.*`` (benchmark, data, ``max_steps``,
 ``eval_split``, ``history_length`` for direct prompting), ``eval.num_tasks`` (the panel,
-:func:`benchmarks.evaluation.select_panel`), ``eval.temperature``, ``eval.episodes_per_task``,
+:func:`g2po_bench.benchmarks.evaluation.select_panel`), ``eval.temperature``, ``eval.episodes_per_task``,
 ``train.max_prompt_tokens`` (local/vLLM prompt truncation), ``model.*`` (local/vLLM), ``seed``,
 ``output_dir``, ``run_id``. Sampling uses top-p 1, as the RL evaluation does.
 """
@@ -32,7 +32,7 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from g2po.config import ConfigError, RunConfig, config_to_dict, load_config
+from g2po_bench.core.config import ConfigError, RunConfig, config_to_dict, load_config
 
 __all__ = ["BaselineConfig", "BASELINE_NAMES", "is_baseline_request", "load_baseline_config",
            "baseline_run_dict", "baseline_run_id", "validate_baseline"]
@@ -107,7 +107,7 @@ def _resolve_model_alias(items: list[str]) -> list[str]:
     for item in items:
         key, value = _split_key(item)
         if key == "model.path" and value.strip().lower() in ("smollm2", "smollm2-135m-instruct"):
-            from baselines.smollm2 import ModelPackageMissing, ensure_smollm2
+            from g2po_bench.baselines.smollm2 import ModelPackageMissing, ensure_smollm2
 
             try:
                 value = str(ensure_smollm2())
@@ -176,7 +176,7 @@ def validate_baseline(cfg: RunConfig, b: BaselineConfig) -> None:
         if not cond:
             raise ConfigError(f"bad value for config key 'baseline.{key}': {msg}")
 
-    from baselines.policies import POLICY_KINDS
+    from g2po_bench.baselines.policies import POLICY_KINDS
 
     need(b.name in BASELINE_NAMES, "name", f"{b.name!r}; choose {', '.join(BASELINE_NAMES)}")
     need(b.policy in POLICY_KINDS, "policy", f"{b.policy!r}; choose {', '.join(POLICY_KINDS)}")

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from benchmarks.base import Task
+from g2po_bench.core.protocol import Task
 
 __all__ = ["Transcript", "replay_expert", "select_examples", "plan_sentence", "split_response"]
 

@@ -3,18 +3,18 @@
 =========  ==========================================================================
 kind       implementation and its settings
 =========  ==========================================================================
-``local``  :class:`LocalChatPolicy` (= :class:`algorithms.backends.local.policy.LocalPolicy`
+``local``  :class:`LocalChatPolicy` (= :class:`g2po_bench.algorithms.backends.local.policy.LocalPolicy`
            plus stop strings and a description): ``path`` (model folder) or
            ``model`` + ``tokenizer``; ``dtype``, ``device``, ``max_prompt_tokens``,
            ``batch_size``, ``use_chat_template``, ``stop``.
-``vllm``   :class:`benchmarks.policies.VLLMPolicy`: ``path``, ``dtype``,
+``vllm``   :class:`g2po_bench.benchmarks.policies.VLLMPolicy`: ``path``, ``dtype``,
            ``max_prompt_tokens``, ``stop``, ``gpu_memory_utilization``, ... (GPU extra).
-``openai`` :class:`benchmarks.policies.OpenAIPolicy`: ``base_url``, ``model``,
+``openai`` :class:`g2po_bench.benchmarks.policies.OpenAIPolicy`: ``base_url``, ``model``,
            ``api_key_env``, ``timeout``, ``max_retries``, ``max_concurrency``, ``stop``, ...
 =========  ==========================================================================
 
-The factory lives here rather than in :mod:`benchmarks.policies` because the local backend
-belongs to ``algorithms.backends`` and benchmarks never import it (DESIGN.md).
+The factory lives here rather than in :mod:`g2po_bench.benchmarks.policies` because the local backend
+belongs to ``g2po_bench.algorithms.backends`` and benchmarks never import it (DESIGN.md).
 Every policy built here has ``describe() -> dict`` (its settings, for the run folder).
 """
 
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from algorithms.backends.local.policy import LocalPolicy
-from benchmarks.policy import Policy
+from g2po_bench.algorithms.backends.local.policy import LocalPolicy
+from g2po_bench.benchmarks.policy import Policy
 
 __all__ = ["make_policy", "LocalChatPolicy", "POLICY_KINDS"]
 
@@ -101,19 +101,19 @@ def make_policy(kind: str, **settings: Any) -> Policy:
         if model is None or tokenizer is None:
             if not path:
                 raise ValueError("make_policy('local') needs path=<model folder> (or model= and tokenizer=)")
-            from algorithms.backends.local.model import load_model_and_tokenizer
+            from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
 
             model, tokenizer = load_model_and_tokenizer(path, dtype=dtype, device=device)
         return LocalChatPolicy(model, tokenizer, stop=stop, path=None if path is None else str(path),
                                dtype=dtype, **settings)
     if kind == "vllm":
-        from benchmarks.policies.vllm import VLLMPolicy
+        from g2po_bench.benchmarks.policies.vllm import VLLMPolicy
 
         if not settings.get("path"):
             raise ValueError("make_policy('vllm') needs path=<model folder>")
         return VLLMPolicy(settings.pop("path"), **settings)
     if kind == "openai":
-        from benchmarks.policies.openai import OpenAIPolicy
+        from g2po_bench.benchmarks.policies.openai import OpenAIPolicy
 
         base_url = settings.pop("base_url", None)
         model = settings.pop("model", None)

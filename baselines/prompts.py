@@ -3,7 +3,7 @@
 Layout of a step prompt::
 
     <intro for the environment: what it is, the answer format>
-    Here are examples of solved tasks.            (few-shot transcripts, see baselines.fewshot)
+    Here are examples of solved tasks.            (few-shot transcripts, see g2po_bench.baselines.fewshot)
     ### Example 1
     Task: ...
     Observation: ...
@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from baselines.fewshot import Transcript
+from g2po_bench.baselines.fewshot import Transcript
 
 __all__ = ["StepView", "INTROS", "format_obs", "render_react_prompt", "render_reflection_prompt",
            "ANSWER_FORMAT", "CODE_ANSWER_FORMAT", "CODE_ENVS", "answer_format", "COMPLETION_PREFIX",
@@ -101,7 +101,7 @@ def _clip(text: str, n: int) -> str:
 def format_obs(env_name: str, text: str, instruction: str) -> str:
     """Observation text for the prompt (WebShop: the page after the instruction, as in the RL prompt)."""
     if env_name == "webshop":
-        from benchmarks.webshop.prompt import format_observation
+        from g2po_bench.benchmarks.webshop.prompt import format_observation
 
         return format_observation(text, instruction)
     return text

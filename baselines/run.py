@@ -1,7 +1,7 @@
 """Run a prompting baseline on the evaluation panel and write a run folder.
 
-``run_baseline(cfg, bcfg)`` writes ``<output_dir>/<run_id>/`` (:mod:`results.rundir` layout), which
-:func:`analysis.load.load_runs` turns into a table row (``kind`` "baseline", method from
+``run_baseline(cfg, bcfg)`` writes ``<output_dir>/<run_id>/`` (:mod:`g2po_bench.core.rundir` layout), which
+:func:`g2po_bench.analysis.load.load_runs` turns into a table row (``kind`` "baseline", method from
 ``baseline.name``, model size from ``model.path``):
 
 - ``config.yaml``: the RunConfig keys + ``kind: baseline`` + the ``baseline`` section
@@ -28,22 +28,22 @@ from typing import Any
 
 import yaml
 
-from baselines.agents import run_direct, run_react, run_reflexion, stop_strings
-from baselines.config import (
+from g2po_bench.baselines.agents import run_direct, run_react, run_reflexion, stop_strings
+from g2po_bench.baselines.config import (
     BaselineConfig,
     baseline_run_dict,
     baseline_run_id,
     load_baseline_config,
 )
-from baselines.fewshot import Transcript, select_examples
-from baselines.policies import make_policy
-from benchmarks.evaluation import select_panel
-from benchmarks.policies.meter import MeteredPolicy
-from benchmarks.policy import Policy
-from benchmarks.registry import get_benchmark
-from benchmarks.workers import EnvPool
-from g2po.config import RunConfig
-from results.rundir import RunDir, append_jsonl, atomic_write_json, atomic_write_text
+from g2po_bench.baselines.fewshot import Transcript, select_examples
+from g2po_bench.baselines.policies import make_policy
+from g2po_bench.benchmarks.evaluation import select_panel
+from g2po_bench.benchmarks.policies.meter import MeteredPolicy
+from g2po_bench.benchmarks.policy import Policy
+from g2po_bench.benchmarks.registry import get_benchmark
+from g2po_bench.benchmarks.workers import EnvPool
+from g2po_bench.core.config import RunConfig
+from g2po_bench.core.rundir import RunDir, append_jsonl, atomic_write_json, atomic_write_text
 
 __all__ = ["run_baseline", "run_baseline_cli", "build_policy", "load_examples"]
 
@@ -68,7 +68,7 @@ def build_policy(cfg: RunConfig, b: BaselineConfig) -> Policy:
 def load_examples(bench, cfg: RunConfig, b: BaselineConfig, panel_ids: list[str]
                   ) -> tuple[dict[str, list[Transcript]], str | None]:
     """Few-shot transcripts per task type and the split they come from (module docstring of
-    :mod:`baselines.fewshot`). Without ``baseline.examples_split`` the training split is used,
+    :mod:`g2po_bench.baselines.fewshot`). Without ``baseline.examples_split`` the training split is used,
     or ``valid_train`` (ALFWorld's sample of training games) when the data has no training split."""
     if b.name == "direct" or b.num_examples <= 0:
         return {}, None
@@ -103,7 +103,7 @@ def run_baseline(cfg: RunConfig, b: BaselineConfig, *, console=None, policy: Pol
     """Run baseline ``b.name`` on the evaluation panel of ``cfg`` and write its run folder.
 
     Args:
-        cfg, b: the validated configs (:func:`baselines.config.load_baseline_config`).
+        cfg, b: the validated configs (:func:`g2po_bench.baselines.config.load_baseline_config`).
         console: a rich console for progress lines (optional).
         policy: use this policy instead of building ``b.policy`` (tests, a shared engine).
 

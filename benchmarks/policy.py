@@ -2,7 +2,7 @@
 
 DESIGN.md: a policy is reached through one small interface (generate a batch of responses
 with their tokens) with implementations for local transformers
-(:mod:`algorithms.backends.local.policy`), vLLM and OpenAI-compatible endpoints. The rollout
+(:mod:`g2po_bench.algorithms.backends.local.policy`), vLLM and OpenAI-compatible endpoints. The rollout
 engine depends only on this protocol.
 """
 

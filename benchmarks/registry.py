@@ -9,10 +9,10 @@ Every benchmark package (``benchmarks/<name>/__init__.py``) exports the same int
 - ``expert_response(action, obs) -> str`` (the response text an expert would give),
 - ``TASK_TYPES``: the reporting categories, in table order,
 - ``PROJECTION`` (optional, default ``"alfworld"``): the name of the reference action
-  projection that turns a response into the action (:data:`benchmarks.parsing.PROJECTIONS`).
+  projection that turns a response into the action (:data:`g2po_bench.benchmarks.parsing.PROJECTIONS`).
 
 Optional: ``parse_response(text) -> ParsedAction`` (the benchmark's own action extraction;
-default :func:`benchmarks.parsing.parse_response`), ``episode_set_score(trajectories)``
+default :func:`g2po_bench.benchmarks.parsing.parse_response`), ``episode_set_score(trajectories)``
 (an evaluation ``score`` computed over all episodes, e.g. AppWorld's scenario completion) and
 ``preload_worker_modules()`` (imports the environments' libraries in the process that forks the
 environment workers, so that a new or recycled worker does not import them itself).
@@ -32,4 +32,4 @@ def get_benchmark(name: str) -> ModuleType:
     """Import ``benchmarks.<name>``. Raises ValueError for an unknown name."""
     if name not in BENCHMARKS:
         raise ValueError(f"unknown environment {name!r}; known: {', '.join(BENCHMARKS)}")
-    return importlib.import_module(f"benchmarks.{name}")
+    return importlib.import_module(f"g2po_bench.benchmarks.{name}")

@@ -3,8 +3,8 @@
 For each of G tasks, N environments start the same task (a *task group*, ALGORITHMS.md
 "Notation") and are played in lock-step: at every step the prompts of all active
 environments are generated in one batch by the policy, parsed
-(:func:`benchmarks.parsing.parse_response`), and stepped in parallel worker processes
-(:class:`benchmarks.workers.EnvPool`). An episode ends on success, on the environment's own
+(:func:`g2po_bench.benchmarks.parsing.parse_response`), and stepped in parallel worker processes
+(:class:`g2po_bench.benchmarks.workers.EnvPool`). An episode ends on success, on the environment's own
 end, at ``max_steps`` (truncation: a failure), after ``stop_after_refusals`` consecutive
 actions the engine refused when that option is on (``Observation.info["refused"]``; a
 failure, recorded as ``stuck``), or when its environment crashes (a failure, restarted for the
@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from algorithms.batch import StepBatch, hash_state_keys
-from benchmarks.base import Observation, RefusalStop, Task
-from benchmarks.parsing import parse_response
-from benchmarks.policy import Policy, response_was_cut
-from benchmarks.workers import EnvPool
+from g2po_bench.benchmarks.parsing import parse_response
+from g2po_bench.benchmarks.policy import Policy, response_was_cut
+from g2po_bench.benchmarks.workers import EnvPool
+from g2po_bench.core.batch import StepBatch, hash_state_keys
+from g2po_bench.core.protocol import Observation, RefusalStop, Task
 
 __all__ = ["RolloutBatch", "collect_rollouts", "success_by_task_type", "state_label"]
 
@@ -77,7 +77,7 @@ class RolloutBatch:
             ``max_prompt_tokens`` and kept only its last tokens (``Generation.info
             ["prompt_truncated"]``).
         response_truncated: (B,) bool, the step's response was cut at ``max_new_tokens``
-            (:func:`benchmarks.policy.response_was_cut`); its action is usually invalid.
+            (:func:`g2po_bench.benchmarks.policy.response_was_cut`); its action is usually invalid.
         trajectories: one dict per trajectory: ``traj_id, group_id, task_id, task_type,
             success, num_steps, score, invalid_steps, truncated`` (ran to the step limit
             without success), ``stuck`` (ended by ``stop_after_refusals``),
@@ -145,10 +145,10 @@ def collect_rollouts(
     """Play ``group_size`` episodes of every task in lock-step and collect the steps.
 
     Args:
-        policy: any :class:`benchmarks.policy.Policy`.
+        policy: any :class:`g2po_bench.benchmarks.policy.Policy`.
         pool: the environment pool (needs ``len(tasks) * group_size`` slots; slots are
             created on first use).
-        benchmark: the benchmark module (``build_prompt``; see :mod:`benchmarks.registry`).
+        benchmark: the benchmark module (``build_prompt``; see :mod:`g2po_bench.benchmarks.registry`).
         tasks: G tasks; task g forms task group ``group_offset + g``.
         group_size: N rollouts per task.
         max_steps: step limit per episode (ALFWorld 50, WebShop 15 in the reference).

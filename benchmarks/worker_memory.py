@@ -2,12 +2,12 @@
 
 Usage::
 
-    python -m benchmarks.worker_memory --data ../shared/data/alfworld            # 1,000 resets, 474 official games
-    python -m benchmarks.worker_memory --data ../shared/data/alfworld --max-episodes 0   # no recycling
-    python -m benchmarks.worker_memory --resets 300 --every 50 --max-episodes 100
-    python -m benchmarks.worker_memory --env toy --resets 1000
+    python -m g2po_bench.benchmarks.worker_memory --data ../shared/data/alfworld            # 1,000 resets, 474 official games
+    python -m g2po_bench.benchmarks.worker_memory --data ../shared/data/alfworld --max-episodes 0   # no recycling
+    python -m g2po_bench.benchmarks.worker_memory --resets 300 --every 50 --max-episodes 100
+    python -m g2po_bench.benchmarks.worker_memory --env toy --resets 1000
 
-One :class:`benchmarks.workers.EnvPool` worker resets one environment on the games of
+One :class:`g2po_bench.benchmarks.workers.EnvPool` worker resets one environment on the games of
 ``--splits`` in turn (distinct games first, then again from the start) and takes
 ``--steps`` random admissible actions after each reset; every ``--every`` resets it prints the
 worker's resident memory (RSS, MiB, measured inside the worker) and how many times the worker
@@ -25,19 +25,19 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from benchmarks.workers import EnvPool
+from g2po_bench.benchmarks.workers import EnvPool
 
 __all__ = ["measure", "main"]
 
 
 def _tasks(env: str, data: str | None, splits: list[str]) -> tuple[list, object]:
     if env == "toy":
-        from benchmarks.base import Task
+        from g2po_bench.core.protocol import Task
 
         tasks = [Task(task_id=f"corridor-{n}", task_type="corridor", env="toy", payload={"length": n})
                  for n in range(2, 50)]
         return tasks, None
-    from benchmarks.alfworld.games import find_games
+    from g2po_bench.benchmarks.alfworld.games import find_games
 
     if data is None:
         raise SystemExit("--data: an ALFWorld data root is needed for --env alfworld "

@@ -4,12 +4,12 @@ Each worker process holds the environments of some slots (slot i lives in worker
 and executes the reset/step commands for its slots in order; the workers run in parallel.
 
 - **CPUs**: the default number of workers is the number of CPUs this process may use
-  (:func:`benchmarks.cpus.usable_cpus`: affinity, SLURM, cgroup quota), and every BLAS/OpenMP
-  pool inside a worker runs one thread (:func:`benchmarks.cpus.limit_thread_pools`).
-- **Signals**: workers follow :mod:`benchmarks.shutdown`: they ignore the job's signals
+  (:func:`g2po_bench.benchmarks.cpus.usable_cpus`: affinity, SLURM, cgroup quota), and every BLAS/OpenMP
+  pool inside a worker runs one thread (:func:`g2po_bench.benchmarks.cpus.limit_thread_pools`).
+- **Signals**: workers follow :mod:`g2po_bench.benchmarks.shutdown`: they ignore the job's signals
   (SIGTERM, SIGINT, SIGUSR1/2, ...) and die only with their parent (``PR_SET_PDEATHSIG``, even
   when the parent is killed with SIGKILL). A pending stop request of the trainer makes
-  :meth:`EnvPool.reset`/:meth:`EnvPool.step` raise :class:`benchmarks.shutdown.ShutdownRequested`
+  :meth:`EnvPool.reset`/:meth:`EnvPool.step` raise :class:`g2po_bench.benchmarks.shutdown.ShutdownRequested`
   before any command is sent, so the iteration in flight is abandoned, never half-recorded.
 - **Memory**: ``max_episodes`` recycles a worker (a fresh process) once it has started that
   many episodes, at the next reset when none of its slots is in the middle of an episode, so
@@ -20,7 +20,7 @@ Failure handling (DEVELOPERS.md "Standards": a crashing environment is restarted
 episode recorded as failed):
 
 - an exception inside ``reset`` or ``step`` rebuilds that slot's environment and answers a
-  terminal, failed :class:`~benchmarks.base.Observation` with ``info["crashed"] = True``;
+  terminal, failed :class:`~g2po_bench.core.protocol.Observation` with ``info["crashed"] = True``;
   a failed ``reset`` is retried once on a fresh environment first;
 - a worker process that dies (segfault, ``os._exit``, OOM kill) is restarted; every slot
   it held answers a crashed observation for the command in flight;
@@ -39,9 +39,9 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.base import Observation, Task
-from benchmarks.cpus import limit_thread_pools, usable_cpus
-from benchmarks.shutdown import apply_worker_policy, check_stop
+from g2po_bench.benchmarks.cpus import limit_thread_pools, usable_cpus
+from g2po_bench.benchmarks.shutdown import apply_worker_policy, check_stop
+from g2po_bench.core.protocol import Observation, Task
 
 __all__ = ["EnvPool", "crashed_observation"]
 
@@ -53,16 +53,16 @@ def crashed_observation(error: str) -> Observation:
 
 
 def _make_env(benchmark: str, env_cfg: Any):
-    from benchmarks.registry import get_benchmark
+    from g2po_bench.benchmarks.registry import get_benchmark
 
     return get_benchmark(benchmark).make_env(env_cfg)
 
 
 def _preload(benchmark: str) -> None:
-    """The benchmark's ``preload_worker_modules`` (optional, :mod:`benchmarks.registry`), run
+    """The benchmark's ``preload_worker_modules`` (optional, :mod:`g2po_bench.benchmarks.registry`), run
     before the workers are forked so that they inherit the imported modules. A failed import is
     left to the workers, whose first reset reports it as a crashed episode with the reason."""
-    from benchmarks.registry import get_benchmark
+    from g2po_bench.benchmarks.registry import get_benchmark
 
     preload = getattr(get_benchmark(benchmark), "preload_worker_modules", None)
     if preload is not None:
@@ -188,9 +188,9 @@ class EnvPool:
     """Environments in ``num_workers`` processes (see the module docstring).
 
     Args:
-        benchmark: benchmark name (``benchmarks.registry``).
+        benchmark: benchmark name (``g2po_bench.benchmarks.registry``).
         env_cfg: the picklable EnvConfig passed to the benchmark's ``make_env``.
-        num_workers: worker processes; 0 = :func:`benchmarks.cpus.usable_cpus` (the CPUs this
+        num_workers: worker processes; 0 = :func:`g2po_bench.benchmarks.cpus.usable_cpus` (the CPUs this
             process may use: affinity, ``SLURM_CPUS_PER_TASK``, cgroup quota).
         max_episodes: recycle a worker after it started this many episodes (resets); 0 = never.
             Default: ``env_cfg.worker_max_episodes`` when the config has it, else 0.
@@ -335,7 +335,7 @@ class EnvPool:
         """Reset slot -> task for each (slot, task); returns slot -> first observation.
 
         Raises:
-            benchmarks.shutdown.ShutdownRequested: a stop was requested (nothing was sent).
+            g2po_bench.benchmarks.shutdown.ShutdownRequested: a stop was requested (nothing was sent).
         """
         return self._run("reset", items)
 
@@ -343,7 +343,7 @@ class EnvPool:
         """Step slot with action for each (slot, action); returns slot -> observation.
 
         Raises:
-            benchmarks.shutdown.ShutdownRequested: a stop was requested (nothing was sent).
+            g2po_bench.benchmarks.shutdown.ShutdownRequested: a stop was requested (nothing was sent).
         """
         return self._run("step", items)
 

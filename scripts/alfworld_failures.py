@@ -72,14 +72,14 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from algorithms.backends.common import load_task_splits
-    from algorithms.backends.local.model import load_model_and_tokenizer
-    from algorithms.backends.local.policy import LocalPolicy
-    from algorithms.backends.local.trainer import torch_threads
-    from benchmarks.registry import get_benchmark
-    from benchmarks.rollout import collect_rollouts
-    from benchmarks.workers import EnvPool
-    from g2po.config import load_config
+    from g2po_bench.algorithms.backends.common import load_task_splits
+    from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
+    from g2po_bench.algorithms.backends.local.policy import LocalPolicy
+    from g2po_bench.algorithms.backends.local.trainer import torch_threads
+    from g2po_bench.benchmarks.registry import get_benchmark
+    from g2po_bench.benchmarks.rollout import collect_rollouts
+    from g2po_bench.benchmarks.workers import EnvPool
+    from g2po_bench.core.config import load_config
 
     cfg = load_config(overrides=args.overrides)
     if cfg.env.name != "alfworld":

@@ -104,7 +104,7 @@ def build_model(out: Path, *, tiny: bool, device: str, tokenizer_vocab: int, see
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from algorithms.backends.local.model import train_tokenizer
+    from g2po_bench.algorithms.backends.local.model import train_tokenizer
 
     tok = train_tokenizer(CORPUS * 4, tokenizer_vocab)
     dims = dict(TINY if tiny else QWEN25_1_5B)
@@ -131,7 +131,7 @@ def build_model(out: Path, *, tiny: bool, device: str, tokenizer_vocab: int, see
 
 def run_config(a: argparse.Namespace, model_dir: Path, out: Path):
     """The run config of the check (reference batch, or toy sizes with ``--tiny``)."""
-    from g2po.config import load_config
+    from g2po_bench.core.config import load_config
 
     if a.tiny:
         sizes = ["train.groups_per_batch=2", "train.group_size=2", "train.max_prompt_tokens=256",
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     a = _args(argv)
     import torch
 
-    from algorithms.backends.local.trainer import LocalTrainer
+    from g2po_bench.algorithms.backends.local.trainer import LocalTrainer
 
     if a.device == "cuda" and not torch.cuda.is_available():
         _say("no CUDA device visible; run with --device cpu --tiny for the CPU dry run")

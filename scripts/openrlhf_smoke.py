@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from algorithms.backends.openrlhf import missing_requirements
+    from g2po_bench.algorithms.backends.openrlhf import missing_requirements
 
     missing = missing_requirements()
     if a.device == "cpu":
@@ -69,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("G2PO_OPENRLHF_VLLM_ENFORCE_EAGER", "true")  # faster start-up
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    from g2po.config import load_config
-    from g2po.train import run_train
+    from g2po_bench.core.config import load_config
+    from g2po_bench.train import run_train
 
     overrides = [
         "backend=openrlhf", "algorithm.name=g2po", f"env.name={a.env}", "env.max_steps=8",

@@ -13,7 +13,7 @@ What it does (issue "RL that measurably learns on a CPU"):
    side by side took 19-27 s per RL iteration each, one run alone 12 s (seventh session);
 4. prints and writes (``bench.json``, ``bench.md`` in ``--out``) per seed the held-out success
    after the warm start (before RL) and after RL with 95 % bootstrap CIs, and over seeds the
-   mean improvement with a paired two-level bootstrap CI (:func:`results.stats.paired_improvement_ci`),
+   mean improvement with a paired two-level bootstrap CI (:func:`g2po_bench.core.stats.paired_improvement_ci`),
    plus the pass/fail of the targets: improvement >= 15 points with the CI above 0, wall time of
    the cold run <= 15 minutes;
 5. reports the improvement on the same panel at the runs' *training* temperature too
@@ -54,8 +54,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import proxy_temperature  # noqa: E402  (scripts/, next to this file)
 
-from results.rundir import code_version, machine_info, machine_label  # noqa: E402
-from results.stats import paired_improvement_ci  # noqa: E402
+from g2po_bench.core.rundir import code_version, machine_info, machine_label  # noqa: E402
+from g2po_bench.core.stats import paired_improvement_ci  # noqa: E402
 
 TARGET_POINTS = 15.0
 TARGET_WALL_S = 15 * 60
@@ -71,7 +71,7 @@ def _uptime() -> str:
 def _train(seed: int, out: Path, extra: list[str]) -> tuple[int, float, Path]:
     log = out / "logs" / f"seed{seed}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    args = [sys.executable, "-m", "g2po.cli", "train", f"seed={seed}", f"output_dir={out / 'runs'}",
+    args = [sys.executable, "-m", "g2po_bench.cli", "train", f"seed={seed}", f"output_dir={out / 'runs'}",
             f"run_id=seed{seed}", f"env.generated_dir={out / 'cache' / 'games'}",
             f"train.warm_start_cache={out / 'cache' / 'warm_start'}", *extra]
     t0 = time.time()
@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         extra = list(args.overrides)
         if args.parallel > 1 and not any(o.startswith("model.num_threads=") for o in extra):
-            from benchmarks.cpus import usable_cpus
+            from g2po_bench.benchmarks.cpus import usable_cpus
 
             extra.append(f"model.num_threads={max(1, usable_cpus() // args.parallel)}")
         with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as ex:

@@ -15,7 +15,7 @@ and hidden at 0.4. This script measures it, on the same fixed held-out panel:
 3. copies every evaluation record into ``--out/evals/`` (small JSON files, committed), then prints
    and writes (``temperature.md``, ``temperature.json``) per method: held-out success of the warm
    start and after RL (mean over seeds) and the mean improvement with its paired two-level 95 %
-   bootstrap CI (:func:`results.stats.paired_improvement_ci`, seeds then panel tasks).
+   bootstrap CI (:func:`g2po_bench.core.stats.paired_improvement_ci`, seeds then panel tasks).
 
 Usage::
 
@@ -42,9 +42,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from analysis.naming import method_name, method_sort_key  # noqa: E402
-from results.rundir import code_version  # noqa: E402
-from results.stats import paired_improvement_ci  # noqa: E402
+from g2po_bench.analysis.naming import method_name, method_sort_key  # noqa: E402
+from g2po_bench.core.rundir import code_version  # noqa: E402
+from g2po_bench.core.stats import paired_improvement_ci  # noqa: E402
 
 
 def _name(temperature: float) -> str:
@@ -55,7 +55,7 @@ def _g2po(job: tuple[list[str], list[str]]) -> None:
     """``g2po eval OPTIONS OVERRIDES progress=false`` (the key=value overrides in one block)."""
     options, overrides = job
     args = [*options, *overrides, "progress=false"]
-    proc = subprocess.run([sys.executable, "-m", "g2po.cli", "eval", *args], cwd=ROOT, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "g2po_bench.cli", "eval", *args], cwd=ROOT, capture_output=True,
                           text=True, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"g2po eval {' '.join(args)} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")

@@ -42,7 +42,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from sweeps.scheduler import current_job, owner_state
+from g2po_bench.sweeps.scheduler import current_job, owner_state
 
 __all__ = ["Claim", "acquire", "read_claim", "claim_state", "HEARTBEAT_S", "STALE_AFTER_S"]
 

@@ -72,7 +72,7 @@ def _stdout_console():
 
 
 def _vars(items: list[str]) -> dict[str, str]:
-    from sweeps.spec import SpecError
+    from g2po_bench.sweeps.spec import SpecError
 
     out = {}
     for it in items:
@@ -147,9 +147,9 @@ def print_status(spec, rows, console=None) -> None:
 
 def run_sweep_command(args, console) -> int:
     """Dispatch ``g2po sweep ...``; ``console`` is the stderr console of the CLI."""
-    from g2po.config import ConfigError
-    from sweeps import launcher
-    from sweeps.spec import SPEC_DIR, SpecError, load_spec
+    from g2po_bench.core.config import ConfigError
+    from g2po_bench.sweeps import launcher
+    from g2po_bench.sweeps.spec import SPEC_DIR, SpecError, load_spec
 
     if args.sweep_command == "list":
         out = _stdout_console()
@@ -229,7 +229,7 @@ def run_sweep_command(args, console) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m sweeps.cli ...`` (same as ``g2po sweep ...``)."""
+    """``python -m g2po_bench.sweeps.cli ...`` (same as ``g2po sweep ...``)."""
     from rich.console import Console
 
     parser = argparse.ArgumentParser(prog="g2po")

@@ -5,16 +5,16 @@ trains one run (Slurm: one array task per run) or a few runs one after the other
 executor: one job per concurrency slot). For each run it
 
 1. skips it if ``status.json`` already says ``done``;
-2. claims it (:mod:`sweeps.claims`): if a live job holds the claim the run is skipped, so two
+2. claims it (:mod:`g2po_bench.sweeps.claims`): if a live job holds the claim the run is skipped, so two
    launches of the same spec never train a configuration twice;
 3. builds the config from the resolved YAML validated at launch time, with
    ``run_id`` pinned, ``output_dir=<sweep>/runs`` and ``resume=true``: the local trainer
    continues from ``checkpoints/latest`` when one exists (after preemption, a timeout, a kill)
    and starts fresh otherwise (then a ``metrics.jsonl`` left by a run killed before its first
    checkpoint is emptied first, so every iteration appears exactly once);
-4. calls :func:`g2po.train.run_train` and records the outcome in ``<sweep>/events.jsonl``.
+4. calls :func:`g2po_bench.train.run_train` and records the outcome in ``<sweep>/events.jsonl``.
 
-Signals (the policy of :mod:`benchmarks.shutdown`): Slurm sends USR2 ``signal_delay_s`` before
+Signals (the policy of :mod:`g2po_bench.benchmarks.shutdown`): Slurm sends USR2 ``signal_delay_s`` before
 the end or at preemption; the trainer abandons (or finishes) the iteration in flight without
 recording it, checkpoints what is complete, and only then calls Submitit's handler, which calls
 :meth:`SweepJob.checkpoint` (the same job again) and requeues it; the requeued job resumes from
@@ -66,7 +66,7 @@ from typing import Any
 import submitit
 import yaml
 
-from results.rundir import RunDir, append_jsonl, atomic_write_text
+from g2po_bench.core.rundir import RunDir, append_jsonl, atomic_write_text
 
 __all__ = ["RunTask", "SweepJob", "export_allocation", "log_event"]
 
@@ -154,7 +154,7 @@ def _task_config(task: RunTask, load_config):
 
 def train_one(task: RunTask, console=None) -> dict[str, Any]:
     """Claim and train one run; returns ``{"run_id", "state": done|failed|skipped, ...}``."""
-    from sweeps.claims import acquire, describe_owner
+    from g2po_bench.sweeps.claims import acquire, describe_owner
 
     run = RunDir(task.runs_dir / task.run_id)
     st = run.read_status()
@@ -171,8 +171,8 @@ def train_one(task: RunTask, console=None) -> dict[str, Any]:
         if st and st.get("state") == "done":
             log_event(task.sweep_dir, run_id=task.run_id, event="skipped", reason="already done")
             return {"run_id": task.run_id, "state": "skipped", "reason": "already done"}
-        from g2po.config import load_config
-        from g2po.train import run_train
+        from g2po_bench.core.config import load_config
+        from g2po_bench.train import run_train
 
         resume_from = _has_checkpoint(run)
         if resume_from is None and run.metrics_path.exists():
@@ -213,8 +213,8 @@ def _quiet_forked_children() -> None:
     """Processes forked by the trainer (environment workers) would inherit Submitit's signal
     handlers (and checkpoint and requeue the job themselves when Slurm signals every process of
     the step): every forked child ignores the job's signals instead and dies with its parent
-    (:mod:`benchmarks.shutdown`, where the whole signal policy is written down)."""
-    from benchmarks.shutdown import install_fork_hook
+    (:mod:`g2po_bench.benchmarks.shutdown`, where the whole signal policy is written down)."""
+    from g2po_bench.benchmarks.shutdown import install_fork_hook
 
     install_fork_hook()
 
@@ -290,7 +290,7 @@ def _worker_node(task: RunTask, alloc: dict[str, str]) -> dict[str, Any]:  # pra
         return {"run_id": task.run_id, "state": "skipped", "reason": f"rank {alloc['G2PO_NODE_RANK']}: "
                 f"backend {backend} uses one node"}
     try:  # the backend's own worker role (same contract: the G2PO_* variables)
-        from algorithms.backends.openrlhf.cluster import join_as_worker, read_allocation
+        from g2po_bench.algorithms.backends.openrlhf.cluster import join_as_worker, read_allocation
     except ImportError:
         join_as_worker = None
     if join_as_worker is not None:

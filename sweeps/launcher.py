@@ -3,14 +3,14 @@
 Where things go (``<out>`` = the spec's ``output_dir``, default ``results/sweeps/<name>``):
 
 ==============================  =================================================================
-``<out>/runs/<run_id>/``        the run folders (:mod:`results.rundir`: config, metrics, eval,
-                                status, checkpoints); ``analysis.load.load_runs(<out>)`` reads them
+``<out>/runs/<run_id>/``        the run folders (:mod:`g2po_bench.core.rundir`: config, metrics, eval,
+                                status, checkpoints); ``g2po_bench.analysis.load.load_runs(<out>)`` reads them
 ``<out>/sweep.json``            the sweep state: every run's labels, overrides, resources and
                                 submissions (cluster, job id, log paths), and every launch;
                                 written atomically (temporary file + rename)
 ``<out>/sweep.lock``            ``flock`` held by a launch/cancel while it reads, submits and
                                 writes the state (two launches at once run one after the other)
-``<out>/claims/<run_id>.json``  the claim of a run being trained (:mod:`sweeps.claims`)
+``<out>/claims/<run_id>.json``  the claim of a run being trained (:mod:`g2po_bench.sweeps.claims`)
 ``<out>/configs/<run_id>.yaml`` the resolved config of each run (``g2po train --config`` reruns it)
 ``<out>/events.jsonl``          what the jobs did: start (fresh / resumed from iteration k),
                                 done, failed (with traceback), skipped (and why), requeued
@@ -38,11 +38,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from results.rundir import RunDir, atomic_write_json, atomic_write_text, code_version, read_jsonl
-from sweeps.claims import claim_state, flocked, read_claim
-from sweeps.job import RunTask, SweepJob
-from sweeps.scheduler import HOST, JobState, job_states, process_start
-from sweeps.spec import PlannedRun, SweepSpec, expand
+from g2po_bench.core.rundir import (
+    RunDir,
+    atomic_write_json,
+    atomic_write_text,
+    code_version,
+    read_jsonl,
+)
+from g2po_bench.sweeps.claims import claim_state, flocked, read_claim
+from g2po_bench.sweeps.job import RunTask, SweepJob
+from g2po_bench.sweeps.scheduler import HOST, JobState, job_states, process_start
+from g2po_bench.sweeps.spec import PlannedRun, SweepSpec, expand
 
 __all__ = [
     "CLUSTERS",
@@ -239,7 +245,7 @@ def launch(spec: SweepSpec, cluster: str, *, where: list[str] | None = None, dry
     """Expand, validate, decide and submit (see the module docstring).
 
     ``on_plan(spec, decisions, cluster)`` is called with the plan before anything is
-    submitted (the CLI prints it). Raises :class:`sweeps.spec.SpecError` before any work.
+    submitted (the CLI prints it). Raises :class:`g2po_bench.sweeps.spec.SpecError` before any work.
     """
     if cluster not in CLUSTERS:
         raise ValueError(f"cluster must be one of {', '.join(CLUSTERS)}")
@@ -314,7 +320,7 @@ def launch(spec: SweepSpec, cluster: str, *, where: list[str] | None = None, dry
 def runs_from_state(spec: SweepSpec, where: list[str] | None = None) -> list[PlannedRun]:
     """The runs recorded in ``sweep.json`` (for status/cancel when the spec cannot be expanded
     here, e.g. its variables are not set in this shell). ``where`` filters on the labels."""
-    from sweeps.spec import Resources, _parse_where
+    from g2po_bench.sweeps.spec import Resources, _parse_where
 
     filters = _parse_where(where)
     out = []
@@ -332,7 +338,7 @@ def runs_from_state(spec: SweepSpec, where: list[str] | None = None) -> list[Pla
 
 def expand_or_state(spec: SweepSpec, where: list[str] | None = None, console=None) -> list[PlannedRun]:
     """:func:`expand`, or the runs of the sweep state when the spec does not expand here."""
-    from sweeps.spec import SpecError
+    from g2po_bench.sweeps.spec import SpecError
 
     try:
         return expand(spec, where)

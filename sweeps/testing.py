@@ -67,7 +67,7 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def run_cli(args: list[str], cwd: str | os.PathLike, env: dict[str, str] | None = None,
             timeout: float = 600) -> subprocess.CompletedProcess:
     """``g2po sweep ARGS`` in a subprocess (output captured)."""
-    return subprocess.run([sys.executable, "-m", "g2po.cli", "sweep", *args], cwd=cwd, env=_env(env),
+    return subprocess.run([sys.executable, "-m", "g2po_bench.cli", "sweep", *args], cwd=cwd, env=_env(env),
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -75,7 +75,7 @@ def start_cli(args: list[str], cwd: str | os.PathLike, log: str | os.PathLike,
               env: dict[str, str] | None = None) -> subprocess.Popen:
     """``g2po sweep ARGS`` in the background, output to ``log``."""
     fh = open(log, "w")  # noqa: SIM115 - handed to the child
-    return subprocess.Popen([sys.executable, "-m", "g2po.cli", "sweep", *args], cwd=cwd, env=_env(env),
+    return subprocess.Popen([sys.executable, "-m", "g2po_bench.cli", "sweep", *args], cwd=cwd, env=_env(env),
                             stdout=fh, stderr=subprocess.STDOUT, text=True)
 
 
@@ -243,9 +243,9 @@ def reference_metrics(sweep_dir: str | os.PathLike, run_id: str, cwd: str | os.P
     --config``, from ``cwd``, the launch directory) and return its metrics without timings.
 
     The reference gets the CPUs of the sweep's job (``cpus``, its ``resources.cpus``; exported as
-    ``G2PO_CPUS_PER_TASK`` like :mod:`sweeps.job` does): with ``model.num_threads=0`` the model
+    ``G2PO_CPUS_PER_TASK`` like :mod:`g2po_bench.sweeps.job` does): with ``model.num_threads=0`` the model
     uses that many threads, and another thread count sums in another order (other metrics)."""
-    proc = subprocess.run([sys.executable, "-m", "g2po.cli", "train", "--config",
+    proc = subprocess.run([sys.executable, "-m", "g2po_bench.cli", "train", "--config",
                            str(Path(sweep_dir) / "configs" / f"{run_id}.yaml"), f"output_dir={out}",
                            f"run_id={run_id}", "progress=false"],
                           cwd=cwd, env=_env({"G2PO_CPUS_PER_TASK": str(cpus), "OMP_NUM_THREADS": str(cpus)}),

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.policy import Generation
-from benchmarks.registry import get_benchmark
-from benchmarks.rollout import RolloutBatch, collect_rollouts
-from benchmarks.workers import EnvPool
+from g2po_bench.benchmarks.policy import Generation
+from g2po_bench.benchmarks.registry import get_benchmark
+from g2po_bench.benchmarks.rollout import RolloutBatch, collect_rollouts
+from g2po_bench.benchmarks.workers import EnvPool
 
 TOY = get_benchmark("toy")
 

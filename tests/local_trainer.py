@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from algorithms.backends.local.model import build_tiny_model, load_model_and_tokenizer
-from algorithms.backends.local.policy import LocalPolicy
-from algorithms.backends.local.trainer import LocalTrainer
-from benchmarks.rollout import RolloutBatch
-from g2po.config import load_config
+from g2po_bench.algorithms.backends.local.model import build_tiny_model, load_model_and_tokenizer
+from g2po_bench.algorithms.backends.local.policy import LocalPolicy
+from g2po_bench.algorithms.backends.local.trainer import LocalTrainer
+from g2po_bench.benchmarks.rollout import RolloutBatch
+from g2po_bench.core.config import load_config
 
 CORPUS = ["You are in room 0 of 5. <think>go on</think><action>go east</action>",
           "On the countertop 1, you see a apple 2. <think>take it</think><action>take apple 2 from countertop 1</action>"] * 10

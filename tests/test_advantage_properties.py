@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from algorithms import estimate
-from algorithms.batch import StepBatch
-from algorithms.oracle import oracle_estimate
-from algorithms.synthetic import random_step_batch
+from g2po_bench.algorithms import estimate
+from g2po_bench.algorithms.oracle import oracle_estimate
+from g2po_bench.algorithms.synthetic import random_step_batch
+from g2po_bench.core.batch import StepBatch
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TOL = dict(rtol=1e-9, atol=1e-9)

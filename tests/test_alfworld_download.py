@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.alfworld.download import DataDownloadError, download_alfworld, load_downloader
+from g2po_bench.benchmarks.alfworld.download import (
+    DataDownloadError,
+    download_alfworld,
+    load_downloader,
+)
 
 
 def test_uses_the_package_downloader():
@@ -22,8 +26,8 @@ def test_unreachable_server_raises_a_clear_error(tmp_path):
 
 
 def test_nothing_happens_at_import_or_construction(tmp_path, monkeypatch):
-    import benchmarks.alfworld as alf
-    from g2po.config import EnvConfig
+    import g2po_bench.benchmarks.alfworld as alf
+    from g2po_bench.core.config import EnvConfig
 
     env = alf.make_env(EnvConfig(data_dir=str(tmp_path)))
     assert env.name == "alfworld"

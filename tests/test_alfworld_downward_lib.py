@@ -1,5 +1,5 @@
 """The engine caches load fast-downward's library from a copy without debug sections
-(:func:`benchmarks.alfworld.engine.light_downward_lib`): the same code and data, far fewer bytes
+(:func:`g2po_bench.benchmarks.alfworld.engine.light_downward_lib`): the same code and data, far fewer bytes
 to copy for every environment; uninstalling the caches restores the shipped file."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.alfworld import engine
+from g2po_bench.benchmarks.alfworld import engine
 
 pytest.importorskip("fast_downward")
 

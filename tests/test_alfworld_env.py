@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.alfworld import TASK_TYPES, expert_actions, make_env
-from benchmarks.alfworld.engine import install_caches, split_intro, uninstall_caches
-from benchmarks.alfworld.env import AlfworldEnv
-from benchmarks.alfworld.games import find_games
-from benchmarks.alfworld.state_keys import format_state_text
-from benchmarks.base import Task
-from g2po.config import EnvConfig
+from g2po_bench.benchmarks.alfworld import TASK_TYPES, expert_actions, make_env
+from g2po_bench.benchmarks.alfworld.engine import install_caches, split_intro, uninstall_caches
+from g2po_bench.benchmarks.alfworld.env import AlfworldEnv
+from g2po_bench.benchmarks.alfworld.games import find_games
+from g2po_bench.benchmarks.alfworld.state_keys import format_state_text
+from g2po_bench.core.config import EnvConfig
+from g2po_bench.core.protocol import Task
 
 pytestmark = pytest.mark.shared_data
 

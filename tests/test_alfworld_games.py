@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.alfworld import TASK_TYPES, load_tasks
-from benchmarks.alfworld.games import (
+from g2po_bench.benchmarks.alfworld import TASK_TYPES, load_tasks
+from g2po_bench.benchmarks.alfworld.games import (
     SHORT_NAMES,
     AlfworldDataError,
     available_splits,
     find_games,
     load_walkthrough,
 )
-from g2po.config import EnvConfig
+from g2po_bench.core.config import EnvConfig
 
 
 @pytest.fixture(scope="module")

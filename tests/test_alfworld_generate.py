@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.alfworld import TASK_TYPES, expert_actions, load_tasks
-from benchmarks.alfworld.env import AlfworldEnv
-from benchmarks.alfworld.games import find_games
-from benchmarks.alfworld.generate import ensure_generated, generate_games
-from g2po.config import EnvConfig
+from g2po_bench.benchmarks.alfworld import TASK_TYPES, expert_actions, load_tasks
+from g2po_bench.benchmarks.alfworld.env import AlfworldEnv
+from g2po_bench.benchmarks.alfworld.games import find_games
+from g2po_bench.benchmarks.alfworld.generate import ensure_generated, generate_games
+from g2po_bench.core.config import EnvConfig
 
 pytestmark = pytest.mark.slow
 
@@ -121,7 +121,7 @@ def test_concurrent_callers_generate_once(tmp_path, monkeypatch):
     import fcntl
     import threading
 
-    from benchmarks.alfworld import generate as gen
+    from g2po_bench.benchmarks.alfworld import generate as gen
 
     calls = []
     real = gen._generate_into
@@ -154,7 +154,7 @@ def test_bad_arguments(tmp_path):
 def test_seen_eval_games_are_new_games_on_training_floor_plans(tmp_path):
     """generated_eval_scenes=seen (the CPU default, like valid_seen): eval games are drawn from
     ALFRED's training floor plans but are different games from the training split."""
-    from benchmarks.alfworld.generate import _scene_pool
+    from g2po_bench.benchmarks.alfworld.generate import _scene_pool
 
     cfg = EnvConfig(generated_dir=str(tmp_path / "gen"), generated_train_games=4, generated_eval_games=4,
                     generated_max_receptacles=3, generated_eval_scenes="seen",
@@ -174,7 +174,7 @@ def test_a_stop_request_ends_generation_between_games(tmp_path, workers):
     import os
     import signal
 
-    from benchmarks.shutdown import GracefulShutdown, ShutdownRequested
+    from g2po_bench.benchmarks.shutdown import GracefulShutdown, ShutdownRequested
 
     with GracefulShutdown(log=lambda m: None):
         os.kill(os.getpid(), signal.SIGTERM)  # recorded by the guard: a stop request
@@ -187,8 +187,8 @@ def test_a_stop_request_ends_generation_between_games(tmp_path, workers):
 
 JOB = r"""
 import sys
-from benchmarks.alfworld.generate import generate_games
-from benchmarks.shutdown import GracefulShutdown, ShutdownRequested
+from g2po_bench.benchmarks.alfworld.generate import generate_games
+from g2po_bench.benchmarks.shutdown import GracefulShutdown, ShutdownRequested
 with GracefulShutdown(log=lambda m: None):
     try:
         generate_games(sys.argv[1], "train", 400, seed=0, max_receptacles=2, workers=2, progress=True)

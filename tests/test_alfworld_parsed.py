@@ -1,5 +1,5 @@
 """A generated game's stored parse (``game.parsed.pkl``: PDDL->SAS translations and grammar
-parse, :func:`benchmarks.alfworld.engine.save_parsed_game`): written by the generator, read
+parse, :func:`g2po_bench.benchmarks.alfworld.engine.save_parsed_game`): written by the generator, read
 back before a load so the engine neither translates nor parses again, and the game plays exactly
 as when it is translated and parsed from scratch; a stale, foreign or damaged file is ignored."""
 
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.alfworld import engine
-from benchmarks.alfworld.env import AlfworldEnv
-from benchmarks.alfworld.games import PARSED_FILE, find_games
-from benchmarks.alfworld.generate import ensure_generated, generate_games
-from g2po.config import EnvConfig
+from g2po_bench.benchmarks.alfworld import engine
+from g2po_bench.benchmarks.alfworld.env import AlfworldEnv
+from g2po_bench.benchmarks.alfworld.games import PARSED_FILE, find_games
+from g2po_bench.benchmarks.alfworld.generate import ensure_generated, generate_games
+from g2po_bench.core.config import EnvConfig
 
 pytestmark = pytest.mark.slow
 
@@ -190,7 +190,7 @@ def _task_sentences() -> list[str]:
 def test_a_task_grammar_made_from_the_template_equals_its_full_parse():
     """`remember_task_grammar` (the generator's shortcut: the template's parse with the task rule
     parsed anew) gives exactly what textworld's parse of the whole game grammar gives."""
-    from benchmarks.alfworld.generate import _assets
+    from g2po_bench.benchmarks.alfworld.generate import _assets
 
     template = _assets().grammar
     _fresh_memos()
@@ -210,7 +210,7 @@ def test_a_task_grammar_made_from_the_template_equals_its_full_parse():
 
 def test_generated_games_are_the_same_with_the_task_grammar_shortcut(tmp_path, monkeypatch):
     """Games, walkthroughs and stored parses are byte-identical with and without the shortcut."""
-    import benchmarks.alfworld.generate as gen
+    import g2po_bench.benchmarks.alfworld.generate as gen
 
     def files(root: Path) -> dict[str, bytes]:
         out = {}

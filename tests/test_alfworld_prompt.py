@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.alfworld.prompt import build_prompt, expert_response, format_admissible
-from benchmarks.base import Observation
-from benchmarks.parsing import parse_response
+from g2po_bench.benchmarks.alfworld.prompt import build_prompt, expert_response, format_admissible
+from g2po_bench.benchmarks.parsing import parse_response
+from g2po_bench.core.protocol import Observation
 
 ROOM = (
     "You are in the middle of a room. Looking quickly around you, you see a desk 1, and a shelf 1."

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.alfworld.state_keys import (
+from g2po_bench.benchmarks.alfworld.state_keys import (
     RawStateKey,
     ReferenceStateKey,
     format_state_text,

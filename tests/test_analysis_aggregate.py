@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import scipy.stats  # in the test extra: the IQM check below must run, never skip
 
-from analysis.aggregate import (
+from g2po_bench.analysis.aggregate import (
     aggregate_iqm,
     aggregate_metrics,
     bootstrap_ci,
@@ -148,7 +148,7 @@ def _eval_file(path, before, final, before_t=None, final_t=None):
 
 
 def test_improvement_over_warm_start_at_the_panel_and_at_the_training_temperature(tmp_path):
-    from analysis.aggregate import improvement_over_warm_start
+    from g2po_bench.analysis.aggregate import improvement_over_warm_start
 
     runs = pd.DataFrame([
         _eval_file(tmp_path / "s0", [0, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 0], [1, 0, 1, 0]),
@@ -169,7 +169,7 @@ def test_improvement_over_warm_start_at_the_panel_and_at_the_training_temperatur
 
 
 def test_method_differences_pair_runs_by_seed_and_task(tmp_path):
-    from analysis.aggregate import method_differences
+    from g2po_bench.analysis.aggregate import method_differences
 
     def run(name, method, seed, final, order=None):
         row = _eval_file(tmp_path / name, [0, 0, 0, 0], final)

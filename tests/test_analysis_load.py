@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from analysis.load import DuplicateRunsError, load_runs
-from analysis.naming import method_name, model_size_of, variant_of
-from analysis.synthetic import make_eval, write_synthetic_run
-from results.rundir import RunDir, atomic_write_text
+from g2po_bench.analysis.load import DuplicateRunsError, load_runs
+from g2po_bench.analysis.naming import method_name, model_size_of, variant_of
+from g2po_bench.analysis.synthetic import make_eval, write_synthetic_run
+from g2po_bench.core.rundir import RunDir, atomic_write_text
 
 ALF = {
     "pick_and_place_simple": 0.75,
@@ -195,7 +195,7 @@ def test_local_trainer_eval_layout(tmp_path):
     rd = RunDir(tmp_path / "alfworld-g2po-s0-abc").create()
     atomic_write_text(rd.config_path, "seed: 0\nenv:\n  name: alfworld\nalgorithm:\n  name: g2po\n  mode: mean_std_norm\n  step_weight: 1.0\n  options: {}\nmodel:\n  path: null\n")
     hist = [make_eval(0, 0.25, ALF, score=250.0), make_eval(6, 0.5, ALF, score=500.0)]
-    from results.rundir import atomic_write_json
+    from g2po_bench.core.rundir import atomic_write_json
 
     atomic_write_json(rd.eval_path, {"env": "alfworld", "panel": {"split": "valid_seen"}, "history": hist,
                                      "before": hist[0], "final": hist[-1], "best": hist[-1]})  # fmt: skip
@@ -210,7 +210,7 @@ def test_local_trainer_eval_layout(tmp_path):
     assert bool(r["in_progress"]) and r["final.source"] == "final" and r["final.iteration"] == 6
     assert r["before.success_rate"] == 0.25 and r["best.success_rate"] == 0.5
     assert list(loaded.evals["iteration"]) == [0, 6] and list(loaded.evals["source"]) == ["before", "final"]
-    from analysis.aggregate import metrics_long
+    from g2po_bench.analysis.aggregate import metrics_long
 
     assert "alfworld_score" not in set(metrics_long(loaded.runs)["metric"])  # not a paper metric
 
@@ -220,7 +220,7 @@ def test_evaluation_folders_are_not_seeds(tmp_path):
     as such (the old report said "Seeds 2" and averaged the two)."""
     run = write_synthetic_run(tmp_path / "alfworld-g2po-s0-abc", seed=0, final=make_eval(4, 0.5, ALF))
     cfg_text = run.config_path.read_text()
-    from results.rundir import atomic_write_json
+    from g2po_bench.core.rundir import atomic_write_json
 
     # as ``g2po eval --run`` wrote it before (a sibling ``-eval`` folder: config.yaml + eval.json)
     legacy = RunDir(tmp_path / "alfworld-g2po-s0-abc-eval").create()

@@ -6,12 +6,12 @@ import argparse
 
 import pytest
 
-from analysis import figures as F
-from analysis.cli import add_report_arguments
-from analysis.load import load_runs
-from analysis.report import build_report, main, write_report
-from analysis.synthetic import make_eval, write_synthetic_run
-from results.rundir import atomic_write_text
+from g2po_bench.analysis import figures as F
+from g2po_bench.analysis.cli import add_report_arguments
+from g2po_bench.analysis.load import load_runs
+from g2po_bench.analysis.report import build_report, main, write_report
+from g2po_bench.analysis.synthetic import make_eval, write_synthetic_run
+from g2po_bench.core.rundir import atomic_write_text
 
 TYPES = [
     "pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
@@ -126,7 +126,7 @@ def test_report_on_empty_folder_and_cli(tmp_path, capsys):
 def _legacy_eval_folder(root, run):
     """What ``g2po eval --run RUN`` wrote before: a sibling ``RUN-eval`` folder holding the
     run's config.yaml and an eval.json of its checkpoint."""
-    from results.rundir import RunDir, atomic_write_json
+    from g2po_bench.core.rundir import RunDir, atomic_write_json
 
     ev = make_eval(0, 0.9, alf(0.9))
     out = RunDir(root / f"{run.root.name}-eval").create()
@@ -147,7 +147,7 @@ def test_an_evaluation_folder_is_not_a_seed(tmp_path, capsys):
     assert set(g2po.loc[g2po["metric"] == "success_all", "mean"]) == {50.0}
     args = add_report_arguments(argparse.ArgumentParser()).parse_args([str(root), "--out", str(tmp_path / "o2"),
                                                                       "--no-figures", "--n-boot", "50"])
-    from analysis.cli import run_report
+    from g2po_bench.analysis.cli import run_report
 
     assert run_report(args) == 0
     out = capsys.readouterr().out
@@ -156,7 +156,7 @@ def test_an_evaluation_folder_is_not_a_seed(tmp_path, capsys):
 
 
 def test_duplicate_seeds_are_an_error_naming_both_folders(tmp_path, capsys):
-    from g2po.cli import main as g2po_main
+    from g2po_bench.cli import main as g2po_main
 
     root = tmp_path / "runs"
     for name in ("a", "b"):

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.aggregate import aggregate_metrics, metrics_long
-from analysis.load import load_runs
-from analysis.synthetic import make_eval, write_synthetic_run
-from analysis.tables import TABLE1, TABLE2, build_table, format_diff, format_ours, format_ref
-from results.reference import load_reference
+from g2po_bench.analysis.aggregate import aggregate_metrics, metrics_long
+from g2po_bench.analysis.load import load_runs
+from g2po_bench.analysis.reference import load_reference
+from g2po_bench.analysis.synthetic import make_eval, write_synthetic_run
+from g2po_bench.analysis.tables import (
+    TABLE1,
+    TABLE2,
+    build_table,
+    format_diff,
+    format_ours,
+    format_ref,
+)
 
 Q15 = "/models/Qwen2.5-1.5B-Instruct"
 TYPES = [

@@ -14,17 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.appworld import load_tasks, make_env
-from benchmarks.appworld.env import ELLIPSIS_REFUSAL, TRY_EXCEPT_REFUSAL, AppWorldEnv
-from benchmarks.appworld.runtime import (
+from g2po_bench.benchmarks.appworld import load_tasks, make_env
+from g2po_bench.benchmarks.appworld.env import ELLIPSIS_REFUSAL, TRY_EXCEPT_REFUSAL, AppWorldEnv
+from g2po_bench.benchmarks.appworld.runtime import (
     AppWorldDataMissing,
     AppWorldUnavailable,
     check_data_root,
     find_python,
 )
-from benchmarks.appworld.synthetic import LOGIN_CELL, build_tasks, create_note_spec
-from benchmarks.base import Task
-from g2po.config import EnvConfig
+from g2po_bench.benchmarks.appworld.synthetic import LOGIN_CELL, build_tasks, create_note_spec
+from g2po_bench.core.config import EnvConfig
+from g2po_bench.core.protocol import Task
 
 COUNT_CELL = "notes = apis.simple_note.search_notes(access_token=token, page_limit=20)\nprint(len(notes))"
 
@@ -285,8 +285,8 @@ class _ExpertPolicy:
         self.by_instruction, self.step_re = by_instruction, re.compile(step_re)
 
     def generate(self, prompts, *, temperature, max_new_tokens, top_p=1.0, seed=None):
-        from benchmarks.appworld.prompt import expert_response
-        from benchmarks.policy import Generation
+        from g2po_bench.benchmarks.appworld.prompt import expert_response
+        from g2po_bench.benchmarks.policy import Generation
 
         out = []
         for p in prompts:
@@ -301,9 +301,9 @@ class _ExpertPolicy:
 def test_rollout_engine_groups_start_identically_and_win(root, appworld_python):
     import numpy as np
 
-    import benchmarks.appworld as bench
-    from benchmarks.rollout import collect_rollouts
-    from benchmarks.workers import EnvPool
+    import g2po_bench.benchmarks.appworld as bench
+    from g2po_bench.benchmarks.rollout import collect_rollouts
+    from g2po_bench.benchmarks.workers import EnvPool
 
     cfg = EnvConfig(name="appworld", data_dir=str(root), appworld_python=appworld_python, num_workers=1)
     task = next(t for t in load_tasks(cfg, "train") if t.task_id == "tcount_1")
@@ -320,8 +320,8 @@ def test_rollout_engine_groups_start_identically_and_win(root, appworld_python):
 
 
 def test_react_baseline_plays_appworld(root, appworld_python):
-    from baselines.agents import run_react
-    from benchmarks.workers import EnvPool
+    from g2po_bench.baselines.agents import run_react
+    from g2po_bench.benchmarks.workers import EnvPool
 
     cfg = EnvConfig(name="appworld", data_dir=str(root), appworld_python=appworld_python, num_workers=1)
     tasks = load_tasks(cfg, "train")

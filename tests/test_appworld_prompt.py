@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.appworld import episode_set_score, expert_actions
-from benchmarks.appworld.env import ELLIPSIS_REFUSAL, TRY_EXCEPT_REFUSAL, refusal
-from benchmarks.appworld.prompt import (
+from g2po_bench.benchmarks.appworld import episode_set_score, expert_actions
+from g2po_bench.benchmarks.appworld.env import ELLIPSIS_REFUSAL, TRY_EXCEPT_REFUSAL, refusal
+from g2po_bench.benchmarks.appworld.prompt import (
     MAX_HISTORY_CHARS,
     TEMPLATE,
     TEMPLATE_NO_HISTORY,
@@ -14,8 +14,8 @@ from benchmarks.appworld.prompt import (
     expert_response,
     parse_response,
 )
-from benchmarks.appworld.synthetic import smoke_specs
-from benchmarks.base import Observation, Task
+from g2po_bench.benchmarks.appworld.synthetic import smoke_specs
+from g2po_bench.core.protocol import Observation, Task
 
 SUP = {"first_name": "Ada", "last_name": "Lovelace", "email": "ada@example.com", "phone_number": "5550100"}
 
@@ -123,7 +123,7 @@ def test_episode_set_score_is_scenario_goal_completion():
     ("no tags at all", "no tags at all", False),
 ])
 def test_react_parse_step_for_code_cells(text, code, valid):
-    from baselines.agents import parse_step, stop_strings
+    from g2po_bench.baselines.agents import parse_step, stop_strings
 
     _, p = parse_step(text, "appworld")
     assert (p.action, p.valid) == (code, valid)
@@ -131,7 +131,7 @@ def test_react_parse_step_for_code_cells(text, code, valid):
 
 
 def test_react_prompt_for_appworld_asks_for_code():
-    from baselines.prompts import StepView, render_react_prompt
+    from g2po_bench.baselines.prompts import StepView, render_react_prompt
 
     p = render_react_prompt("appworld", instruction="Count my notes.", first_observation="My name is: A B.",
                             steps=[StepView("log in", "token = 1\nprint(token)", "1\n")], current_observation="1\n",

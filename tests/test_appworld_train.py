@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.appworld.runtime import AppWorldUnavailable, find_python
+from g2po_bench.benchmarks.appworld.runtime import AppWorldUnavailable, find_python
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,7 +26,7 @@ def test_appworld_cpu_preset_trains_two_iterations_and_reports(tmp_path):
             pytest.fail(str(exc))
         pytest.skip(f"no AppWorld interpreter: {exc}")
     runs = tmp_path / "runs"
-    cmd = [sys.executable, "-m", "g2po.cli", "train", "--preset", "appworld_cpu", f"output_dir={runs}",
+    cmd = [sys.executable, "-m", "g2po_bench.cli", "train", "--preset", "appworld_cpu", f"output_dir={runs}",
            f"train.warm_start_cache={tmp_path / 'warm_start'}", f"env.appworld_generated_dir={tmp_path / 'tasks'}",
            f"env.appworld_python={python}", "progress=false", "run_id=appworld-smoke",
            # smaller than the preset, to keep CI short: 3 steps, 2 eval tasks, a smaller model, no SFT
@@ -45,7 +45,7 @@ def test_appworld_cpu_preset_trains_two_iterations_and_reports(tmp_path):
     assert "name: appworld" in (run / "config.yaml").read_text()
 
     out = tmp_path / "report"
-    r = subprocess.run([sys.executable, "-m", "g2po.cli", "report", str(runs), "--out", str(out), "--no-figures",
+    r = subprocess.run([sys.executable, "-m", "g2po_bench.cli", "report", str(runs), "--out", str(out), "--no-figures",
                         "--n-boot", "200"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     table2 = next(out.rglob("table2*.md")).read_text()

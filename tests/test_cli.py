@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from g2po.cli import main
-from g2po.config import load_config
-from g2po.train import run_train
+from g2po_bench.cli import main
+from g2po_bench.core.config import load_config
+from g2po_bench.train import run_train
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,7 +27,7 @@ TOY = [
 
 
 def _g2po(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "g2po.cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "g2po_bench.cli", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=300)
 
 
@@ -66,7 +66,7 @@ def test_eval_run_uses_the_runs_config_and_writes_inside_the_run(two_runs):
     assert ev_a["run"] == str(run_a.resolve()) and ev_b["run"] == str(run_b.resolve())
     assert ev_a["model"] == str(run_a / "checkpoints" / "latest" / "policy")
     assert ev_a["checkpoint_iteration"] == 1
-    from results.rundir import code_version
+    from g2po_bench.core.rundir import code_version
 
     assert ev_a["code"] == code_version()  # the commit that evaluated (None outside git)
     assert ev_a["final"]["num_episodes"] == 3 and ev_b["final"]["num_episodes"] == 2

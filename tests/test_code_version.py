@@ -1,4 +1,4 @@
-"""results.rundir.code_version: the git commit that records (sweep launches, benchmarks) name."""
+"""g2po_bench.core.rundir.code_version: the git commit that records (sweep launches, benchmarks) name."""
 
 import re
 import shutil
@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from results.rundir import code_version
+from g2po_bench.core.rundir import code_version
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
@@ -41,7 +41,7 @@ def test_a_folder_outside_git_gives_none(tmp_path):
 
 
 def test_a_run_folder_status_names_the_code_that_wrote_it(tmp_path):
-    from results.rundir import RunDir
+    from g2po_bench.core.rundir import RunDir
 
     run = RunDir(tmp_path / "run").create()
     run.write_status("running", 1, 2)
@@ -61,7 +61,7 @@ def test_a_run_folder_status_names_the_code_that_wrote_it(tmp_path):
 def test_this_process_records_the_checkout_it_started_from(monkeypatch):
     """A long process (a sweep job training several runs) keeps the code version it first read:
     commits made while it runs are not code it loaded."""
-    from results import rundir
+    from g2po_bench.core import rundir
 
     reads = []
     monkeypatch.setattr(rundir, "_PROCESS_CODE", [])

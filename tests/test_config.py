@@ -2,7 +2,7 @@
 
 import pytest
 
-from g2po.config import ConfigError, config_hash, load_config, resolve_run_id
+from g2po_bench.core.config import ConfigError, config_hash, load_config, resolve_run_id
 
 
 def test_defaults_are_the_cpu_main_job():
@@ -58,7 +58,7 @@ def test_state_key_defaults_to_each_estimators_reference_key():
     """ALGORITHMS.md "State keys": GiGPO groups by the raw observation, G2PO by its
     reference key; env.state_key=auto (the default) resolves per estimator and the resolved
     config records it; an explicit key overrides (an ablation may cross them)."""
-    from g2po.config import EnvConfig, config_to_yaml
+    from g2po_bench.core.config import EnvConfig, config_to_yaml
 
     assert EnvConfig().state_key == "auto"
     assert load_config(overrides=["algorithm.name=gigpo"]).env.state_key == "raw"

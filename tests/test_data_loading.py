@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.alfworld import load_tasks as alfworld_tasks
-from benchmarks.alfworld.games import find_games
-from benchmarks.alfworld.generate import ensure_generated
-from benchmarks.base import Task
-from benchmarks.evaluation import select_panel
-from benchmarks.loading import DataLoadWarning, SmallPanelWarning, SplitTooSmallError
-from benchmarks.webshop.catalog import Catalog, resolve_source
-from benchmarks.webshop.products import load_documents, load_raw_products
-from g2po.config import EnvConfig
+from g2po_bench.benchmarks.alfworld import load_tasks as alfworld_tasks
+from g2po_bench.benchmarks.alfworld.games import find_games
+from g2po_bench.benchmarks.alfworld.generate import ensure_generated
+from g2po_bench.benchmarks.evaluation import select_panel
+from g2po_bench.benchmarks.loading import DataLoadWarning, SmallPanelWarning, SplitTooSmallError
+from g2po_bench.benchmarks.webshop.catalog import Catalog, resolve_source
+from g2po_bench.benchmarks.webshop.products import load_documents, load_raw_products
+from g2po_bench.core.config import EnvConfig
+from g2po_bench.core.protocol import Task
 
 SOLVABLE = '{"walkthrough": ["go to desk 1"], "solvable": true}'
 

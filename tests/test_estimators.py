@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from algorithms import compute_advantages, estimate
-from algorithms.synthetic import batch_from_trajectories
+from g2po_bench.algorithms import compute_advantages, estimate
+from g2po_bench.algorithms.synthetic import batch_from_trajectories
 
 EPS = 1e-6
 ATOL = 1e-9
@@ -474,7 +474,7 @@ def test_row_order_of_the_output_follows_the_batch(xyz):
 
 
 def test_empty_batch():
-    from algorithms.batch import StepBatch
+    from g2po_bench.core.batch import StepBatch
 
     empty = StepBatch(**{k: np.zeros(0) for k in ("group_id", "traj_id", "step", "state_key")},
                       reward=np.zeros(0), success=np.zeros(0, bool), action_valid=np.zeros(0, bool))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from algorithms.bench import format_table, main, run_advantage_benchmark
+from g2po_bench.algorithms.bench import format_table, main, run_advantage_benchmark
 
 
 def test_benchmark_rows_and_extrapolation():

@@ -1,7 +1,7 @@
 """A real learning test: RL raises held-out success on an easy setting (the toy corridor).
 
 The warm start is trained on demonstrations that waste two steps (``go west``, ``go east``,
-:func:`benchmarks.toy.expert_detour`), so the warm-started policy sometimes goes west; with a
+:func:`g2po_bench.benchmarks.toy.expert_detour`), so the warm-started policy sometimes goes west; with a
 step limit of 7, the longest held-out corridor (length 7: six steps east, never seen in training,
 whose corridors are 2-6 long) then fails. RL has one generic thing to learn (never go west),
 and held-out success, sampled at temperature 1.0 on 5 corridors x 16 episodes, must rise.
@@ -15,9 +15,9 @@ import json
 
 import pytest
 
-from g2po.config import load_config
-from g2po.train import run_train
-from results.rundir import read_jsonl
+from g2po_bench.core.config import load_config
+from g2po_bench.core.rundir import read_jsonl
+from g2po_bench.train import run_train
 
 EASY = [
     "env.name=toy", "env.max_steps=7", "env.num_workers=1", "train.iterations=10",

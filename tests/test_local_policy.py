@@ -3,8 +3,12 @@
 import pytest
 import torch
 
-from algorithms.backends.local.model import build_tiny_model, load_model_and_tokenizer
-from algorithms.backends.local.policy import LocalPolicy, pack_sequences, response_logprobs
+from g2po_bench.algorithms.backends.local.model import build_tiny_model, load_model_and_tokenizer
+from g2po_bench.algorithms.backends.local.policy import (
+    LocalPolicy,
+    pack_sequences,
+    response_logprobs,
+)
 
 CORPUS = ["You are in room 0 of 5. <think>go on</think><action>go east</action>"] * 20
 

@@ -9,8 +9,12 @@ import pytest
 import torch
 from local_trainer import make_trainer, sample_batch, tiny_model_dir
 
-from algorithms.backends.local.model import load_model_and_tokenizer
-from algorithms.backends.local.precision import autocast, check_master_weights, compute_dtype
+from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
+from g2po_bench.algorithms.backends.local.precision import (
+    autocast,
+    check_master_weights,
+    compute_dtype,
+)
 
 STEP = ["train.lr=1e-6", "train.weight_decay=0.0", "train.max_grad_norm=1e9", "train.mini_batch_size=64",
         "train.micro_batch_size=2", "train.kl_coef=0.0"]

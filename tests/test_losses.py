@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from algorithms import losses  # noqa: E402
+from g2po_bench.algorithms import losses  # noqa: E402
 
 
 def t(x, **kw):

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from benchmarks.policies import (
+from g2po_bench.benchmarks.policies import (
     MeteredPolicy,
     OpenAIPolicy,
     PolicyAuthError,
@@ -25,8 +25,8 @@ from benchmarks.policies import (
     PolicyServerError,
     PolicyTimeoutError,
 )
-from benchmarks.policies.openai import parse_retry_after
-from benchmarks.policy import Policy
+from g2po_bench.benchmarks.policies.openai import parse_retry_after
+from g2po_bench.benchmarks.policy import Policy
 
 
 class FakeServer:
@@ -283,9 +283,9 @@ def test_metered_policy_counts_server_usage():
 
 
 def test_rollouts_through_the_http_policy():
-    from benchmarks.registry import get_benchmark
-    from benchmarks.rollout import collect_rollouts
-    from benchmarks.workers import EnvPool
+    from g2po_bench.benchmarks.registry import get_benchmark
+    from g2po_bench.benchmarks.rollout import collect_rollouts
+    from g2po_bench.benchmarks.workers import EnvPool
 
     toy = get_benchmark("toy")
     tasks = toy.load_tasks(None, "valid")[:2]

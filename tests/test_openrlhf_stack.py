@@ -33,11 +33,11 @@ if importlib.util.find_spec("openrlhf") is None:  # pragma: no cover - depends o
 
 from fake_rollouts import TOY, act, toy_rollouts  # noqa: E402
 
-from algorithms.backends.common import estimator_options as local_estimator_options  # noqa: E402
-from algorithms.registry import estimate  # noqa: E402
-from benchmarks.rollout import collect_rollouts  # noqa: E402
-from benchmarks.workers import EnvPool  # noqa: E402
-from g2po.config import load_config  # noqa: E402
+from g2po_bench.algorithms.backends.common import estimator_options as local_estimator_options  # noqa: E402
+from g2po_bench.algorithms.registry import estimate  # noqa: E402
+from g2po_bench.benchmarks.rollout import collect_rollouts  # noqa: E402
+from g2po_bench.benchmarks.workers import EnvPool  # noqa: E402
+from g2po_bench.core.config import load_config  # noqa: E402
 
 _STUB_ROOTS = ("vllm", "flash_attn")
 
@@ -55,13 +55,13 @@ def orl():
             model_utils=importlib.import_module("openrlhf.models.utils"),
             utils=importlib.import_module("openrlhf.utils"),
             launcher=importlib.import_module("openrlhf.trainer.ray.launcher"),
-            args=importlib.import_module("algorithms.backends.openrlhf.args"),
-            exp=importlib.import_module("algorithms.backends.openrlhf.experience"),
-            maker=importlib.import_module("algorithms.backends.openrlhf.experience_maker"),
-            trainer=importlib.import_module("algorithms.backends.openrlhf.trainer"),
-            policy=importlib.import_module("algorithms.backends.openrlhf.policy"),
-            cpu=importlib.import_module("algorithms.backends.openrlhf.cpu"),
-            settings=importlib.import_module("algorithms.backends.openrlhf.settings"),
+            args=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.args"),
+            exp=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.experience"),
+            maker=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.experience_maker"),
+            trainer=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.trainer"),
+            policy=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.policy"),
+            cpu=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.cpu"),
+            settings=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.settings"),
             stubbed=need,
         )
         yield ns
@@ -204,7 +204,7 @@ def test_step_rows_become_openrlhf_experiences_and_back(orl):
 def test_experience_maker_writes_the_registry_advantages_on_action_tokens(orl, name):
     """OpenRLHF's experience maker, with the suite's advantages: equal to the local backend's
     per-step advantages on every response token, 0 elsewhere (values read at the prompt end)."""
-    from algorithms.backends.openrlhf.advantages import step_advantages
+    from g2po_bench.algorithms.backends.openrlhf.advantages import step_advantages
 
     rb = toy_rollouts(seed=3)
     cfg = load_config(overrides=[f"algorithm.name={name}", "env.name=toy", "backend=openrlhf"])
@@ -270,7 +270,7 @@ def test_openrlhf_objective_equals_the_local_backends_loss(orl):
     """What OpenRLHF's actor optimises with the arguments we pass (PolicyLoss clip 0.2 with
     dual clip 3 + kl_coef x k3 KL loss - entropy_coef x entropy, token-mean) equals the local
     backend's ppo_step_loss on the same tokens, advantages and masks."""
-    from algorithms import losses
+    from g2po_bench.algorithms import losses
 
     cfg = load_config(overrides=["backend=openrlhf"])
     args, _ = parsed_args(orl, cfg)
@@ -355,7 +355,7 @@ def test_gpu_stack_calls_openrlhfs_classes_with_their_real_signatures(orl, monke
 # ---------------------------------------------------------------------------- Ray: the rollout side
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    from algorithms.backends.local.model import build_tiny_model
+    from g2po_bench.algorithms.backends.local.model import build_tiny_model
 
     corpus = [
         "Task: reach room 4. Step 0. History: Now: You are in room 0 of 5. Actions: go east, go west, look. Answer:",
@@ -369,7 +369,7 @@ def tiny_model(tmp_path_factory):
 def ray_cluster(orl):
     import ray
 
-    from algorithms.backends.openrlhf.cluster import worker_runtime_env
+    from g2po_bench.algorithms.backends.openrlhf.cluster import worker_runtime_env
 
     path = os.pathsep.join([str(ROOT)] + ([str(STUBS)] if orl.stubbed else []))
     ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False,
@@ -386,8 +386,12 @@ def test_ray_rollout_side_with_a_cpu_policy(orl, ray_cluster, tiny_model):
     reference log-probs on CPU model actors (OpenRLHF's Actor module), and the per-token
     advantages are the registry's. Log-probs equal the local backend's on the same rows."""
     ray = ray_cluster
-    from algorithms.backends.local.model import load_model_and_tokenizer
-    from algorithms.backends.local.policy import LocalPolicy, pack_sequences, response_logprobs
+    from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
+    from g2po_bench.algorithms.backends.local.policy import (
+        LocalPolicy,
+        pack_sequences,
+        response_logprobs,
+    )
 
     cfg = load_config(overrides=["backend=openrlhf", "env.name=toy", "train.max_response_tokens=6",
                                  "train.micro_batch_size=4", "train.mini_batch_size=8", "train.group_size=3"])
@@ -478,7 +482,7 @@ def test_g2po_train_backend_openrlhf_dry_run_on_cpu_and_resume(orl, tmp_path):
               f"output_dir={tmp_path}", "run_id=dry", f"train.warm_start_cache={tmp_path / 'warm_start'}", "progress=false"]
 
     def g2po(*extra):
-        res = subprocess.run([sys.executable, "-m", "g2po.cli", "train", *common, *extra], cwd=ROOT, env=env,
+        res = subprocess.run([sys.executable, "-m", "g2po_bench.cli", "train", *common, *extra], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=1200)
         if res.returncode != 0:
             pytest.fail(f"g2po train failed ({res.returncode}):\n{res.stdout[-2000:]}\n{res.stderr[-6000:]}",

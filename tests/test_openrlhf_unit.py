@@ -9,15 +9,19 @@ from types import SimpleNamespace
 
 import pytest
 
-from algorithms.backends.openrlhf.advantages import estimator_options, needs_critic, step_advantages
-from algorithms.backends.openrlhf.cluster import (
+from g2po_bench.algorithms.backends.openrlhf.advantages import (
+    estimator_options,
+    needs_critic,
+    step_advantages,
+)
+from g2po_bench.algorithms.backends.openrlhf.cluster import (
     Allocation,
     expand_nodelist,
     ray_start_commands,
     read_allocation,
 )
-from algorithms.backends.openrlhf.settings import OpenRLHFSettings, load_settings
-from g2po.config import load_config
+from g2po_bench.algorithms.backends.openrlhf.settings import OpenRLHFSettings, load_settings
+from g2po_bench.core.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,14 +42,14 @@ sys.meta_path.insert(0, Block())
 import importlib.util
 _orig = importlib.util.find_spec
 importlib.util.find_spec = lambda n, *a: None if n.split(".")[0] in BLOCK else _orig(n, *a)
-import algorithms.backends.openrlhf as b
-import algorithms.backends.openrlhf.settings, algorithms.backends.openrlhf.cluster
-import algorithms.backends.openrlhf.advantages, algorithms.backends.openrlhf.policy
-import g2po.cli, g2po.train
-from g2po.config import load_config
+import g2po_bench.algorithms.backends.openrlhf as b
+import g2po_bench.algorithms.backends.openrlhf.settings, g2po_bench.algorithms.backends.openrlhf.cluster
+import g2po_bench.algorithms.backends.openrlhf.advantages, g2po_bench.algorithms.backends.openrlhf.policy
+import g2po_bench.cli, g2po_bench.train
+from g2po_bench.core.config import load_config
 assert set(b.missing_requirements()) == BLOCK, b.missing_requirements()
 try:
-    g2po.train.run_train(load_config(overrides=["backend=openrlhf", "env.name=toy"]))
+    g2po_bench.train.run_train(load_config(overrides=["backend=openrlhf", "env.name=toy"]))
 except ImportError as exc:
     assert "pip install -e '.[openrlhf]'" in str(exc), exc
     print("OK", exc)
@@ -132,7 +136,7 @@ def test_allocation_from_the_sweeps_launcher_then_slurm_then_local():
 def test_ray_cluster_roles_on_a_multi_node_allocation(monkeypatch):
     """Rank 0 starts the Ray head on the allocation's port, connects, waits for every node and
     stops the head at the end; a single node starts a local instance; an existing address is joined."""
-    from algorithms.backends.openrlhf import cluster
+    from g2po_bench.algorithms.backends.openrlhf import cluster
 
     calls, alive = [], iter([1, 1, 2])
     fake_ray = SimpleNamespace(
@@ -177,7 +181,7 @@ def test_advantage_path_is_the_shared_one_not_a_copy():
     per-step advantages on the action tokens, is tested against the real OpenRLHF package in
     tests/test_openrlhf_stack.py (test_step_rows_become_openrlhf_experiences_and_back,
     test_experience_maker_writes_the_registry_advantages_on_action_tokens)."""
-    from algorithms.backends import common
+    from g2po_bench.algorithms.backends import common
 
     assert step_advantages is common.step_advantages
     assert estimator_options is common.estimator_options and needs_critic is common.needs_critic

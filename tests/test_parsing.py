@@ -4,7 +4,7 @@ unstripped lowercased text, case-sensitive think check in any order, CJK rejecti
 
 import pytest
 
-from benchmarks.parsing import FALLBACK_CHARS, PROJECTIONS, parse_response
+from g2po_bench.benchmarks.parsing import FALLBACK_CHARS, PROJECTIONS, parse_response
 
 
 def test_valid_response():

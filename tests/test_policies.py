@@ -10,14 +10,14 @@ import types
 
 import pytest
 
-from baselines.policies import LocalChatPolicy, make_policy
-from baselines.smollm2 import ModelPackageMissing, ensure_smollm2, smollm2_gguf_path
-from benchmarks.policy import Policy
+from g2po_bench.baselines.policies import LocalChatPolicy, make_policy
+from g2po_bench.baselines.smollm2 import ModelPackageMissing, ensure_smollm2, smollm2_gguf_path
+from g2po_bench.benchmarks.policy import Policy
 
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    from algorithms.backends.local.model import build_tiny_model
+    from g2po_bench.algorithms.backends.local.model import build_tiny_model
 
     corpus = ["<think>go on</think><action>go east</action>", "You are in room 0 of 3.", "go west look"] * 20
     return build_tiny_model(tmp_path_factory.mktemp("m") / "tiny", corpus, vocab_size=300, hidden_size=32,
@@ -131,7 +131,7 @@ def test_vllm_policy_with_a_stand_in(fake_vllm):
 
 def test_vllm_missing_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError
-    import benchmarks.policies  # noqa: F401  (the package imports without vllm)
+    import g2po_bench.benchmarks.policies  # noqa: F401  (the package imports without vllm)
 
     with pytest.raises(ImportError, match=r"pip install -e '\.\[gpu\]'"):
         make_policy("vllm", path="/models/x")

@@ -1,7 +1,7 @@
 """The CPU proxy (the embedded default of `g2po train`): its preset, its fixed panel, its prompt."""
 
-from benchmarks.evaluation import select_panel
-from g2po.config import config_to_dict, load_config
+from g2po_bench.benchmarks.evaluation import select_panel
+from g2po_bench.core.config import config_to_dict, load_config
 
 
 def test_the_embedded_default_is_the_alfworld_cpu_preset():
@@ -26,7 +26,7 @@ def test_a_folder_of_the_tiny_model_gets_the_compact_prompt_and_a_real_model_the
 
 
 def test_panel_is_fixed_and_of_the_configured_size(tmp_path):
-    from benchmarks.registry import get_benchmark
+    from g2po_bench.benchmarks.registry import get_benchmark
 
     games = [f"env.generated_dir={tmp_path / 'games'}", "env.generated_train_games=6",
              "env.generated_eval_games=12"]

@@ -10,8 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from algorithms import losses  # noqa: E402
-from g2po.config import ConfigError, TrainConfig, load_config  # noqa: E402
+from g2po_bench.algorithms import losses  # noqa: E402
+from g2po_bench.core.config import ConfigError, TrainConfig, load_config  # noqa: E402
 
 REFERENCE = {"weight_decay": 0.01, "value_lr": 1e-5, "value_weight_decay": 0.01, "clip_ratio_c": 3.0,
              "kl_clamp": 10.0, "loss_agg_mode": "token-mean", "clip_ratio": 0.2, "kl_estimator": "k3",
@@ -46,8 +46,8 @@ def test_bad_reference_keys_are_config_errors():
 
 
 def test_openrlhf_refuses_what_it_cannot_do():
-    from algorithms.backends.openrlhf.args import OpenRLHFArgsError, build_argv
-    from algorithms.backends.openrlhf.settings import OpenRLHFSettings
+    from g2po_bench.algorithms.backends.openrlhf.args import OpenRLHFArgsError, build_argv
+    from g2po_bench.algorithms.backends.openrlhf.settings import OpenRLHFSettings
 
     settings = OpenRLHFSettings(num_nodes=1, gpus_per_node=1).resolved()
     argv = build_argv(load_config(overrides=["backend=openrlhf"]), settings, model_path="/m", ckpt_path="/c")
@@ -163,7 +163,7 @@ def test_micro_batch_accumulation_is_the_mean_of_micro_batch_losses():
 def test_critic_adamw_weight_decay_is_applied():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from algorithms.backends.local.value import ValueModel
+    from g2po_bench.algorithms.backends.local.value import ValueModel
 
     torch.manual_seed(0)
     cfg = LlamaConfig(hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,

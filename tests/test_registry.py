@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import algorithms
-from algorithms import registry
-from algorithms.registry import (
+import g2po_bench.algorithms as algorithms
+from g2po_bench.algorithms import registry
+from g2po_bench.algorithms.registry import (
     COMMON_OPTIONS,
     AdvantageResult,
     available_estimators,
@@ -18,7 +18,7 @@ from algorithms.registry import (
     estimator_options,
     register_estimator,
 )
-from algorithms.synthetic import batch_from_trajectories, reference_batch
+from g2po_bench.algorithms.synthetic import batch_from_trajectories, reference_batch
 
 BUILTINS = ["g2po", "gigpo", "grpo", "ppo", "rloo"]
 
@@ -176,7 +176,7 @@ def test_describe_lists_every_option():
 
 def test_config_validation_uses_the_registry():
     pytest.importorskip("omegaconf")
-    from g2po.config import ConfigError, load_config
+    from g2po_bench.core.config import ConfigError, load_config
 
     cfg = load_config(overrides=["algorithm.options.graph_scope=batch"])
     assert cfg.algorithm.options == {"graph_scope": "batch"}
@@ -190,7 +190,7 @@ def test_estimators_import_nothing_heavier_than_numpy():
     import subprocess
     import sys
 
-    code = ("import sys, algorithms; from algorithms.synthetic import reference_batch; "
+    code = ("import sys, algorithms; from g2po_bench.algorithms.synthetic import reference_batch; "
             "heavy = [m for m in ('torch', 'rapidfuzz', 'pandas', 'omegaconf') if m in sys.modules]; "
             "print(','.join(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -4,10 +4,10 @@ import random
 
 import numpy as np
 
-from benchmarks.policy import Generation
-from benchmarks.registry import get_benchmark
-from benchmarks.rollout import collect_rollouts
-from benchmarks.workers import EnvPool
+from g2po_bench.benchmarks.policy import Generation
+from g2po_bench.benchmarks.registry import get_benchmark
+from g2po_bench.benchmarks.rollout import collect_rollouts
+from g2po_bench.benchmarks.workers import EnvPool
 
 
 class ScriptedPolicy:
@@ -146,7 +146,7 @@ def test_workers_exit_when_the_parent_is_killed(tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(
         "import time\n"
-        "from benchmarks.workers import EnvPool\n"
+        "from g2po_bench.benchmarks.workers import EnvPool\n"
         "pool = EnvPool('toy', None, 2)\n"
         "print(' '.join(str(w.process.pid) for w in pool._workers), flush=True)\n"
         "time.sleep(60)\n"

@@ -11,7 +11,7 @@
 - ``kill -9`` mid-iteration, then resume: the same comparison (no cleanup code runs at all);
 - an iteration where most episodes crashed is rolled out again after restarting the workers
   (the run's metrics then equal a run without crashes), and a run fails with the reason when
-  it stays crashed-heavy; ``analysis.load`` (``g2po report``) flags crashed-heavy iterations.
+  it stays crashed-heavy; ``g2po_bench.analysis.load`` (``g2po report``) flags crashed-heavy iterations.
 """
 
 from __future__ import annotations
@@ -24,15 +24,15 @@ import time
 import pytest
 import training_process as tp
 
-from benchmarks.base import Task
-from benchmarks.shutdown import (
+from g2po_bench.benchmarks.shutdown import (
     JOB_SIGNALS,
     GracefulShutdown,
     Interrupted,
     ShutdownRequested,
     check_stop,
 )
-from benchmarks.workers import EnvPool
+from g2po_bench.benchmarks.workers import EnvPool
+from g2po_bench.core.protocol import Task
 
 TIMEOUT = 900  # seconds; a run takes ~10 s on 2 idle cores, much longer on a loaded machine
 TASK = Task(task_id="c4", task_type="corridor", env="toy", payload={"length": 4})
@@ -62,7 +62,7 @@ def test_an_unclosed_pool_does_not_hang_the_interpreter_at_exit():
     import subprocess
     import sys
 
-    code = ("from benchmarks.workers import EnvPool\n"
+    code = ("from g2po_bench.benchmarks.workers import EnvPool\n"
             "pool = EnvPool('toy', None, 2)\n"
             "print(*pool.worker_pids())\n")
     res = subprocess.run([sys.executable, "-c", code], cwd=tp.REPO, capture_output=True, text=True, timeout=120)
@@ -221,7 +221,7 @@ def test_kill_9_mid_iteration_then_resume_matches_an_uninterrupted_run(tmp_path,
 def _crashing_rollouts(monkeypatch, iteration: int, times: int) -> list[int]:
     """Make iteration ``iteration``'s rollouts crash ``times`` times: every worker process is
     SIGKILLed just before its rollout starts (all its episodes crash)."""
-    import algorithms.backends.local.trainer as trainer
+    import g2po_bench.algorithms.backends.local.trainer as trainer
 
     real = trainer.training_rollouts
     calls: list[int] = []
@@ -239,14 +239,14 @@ def _crashing_rollouts(monkeypatch, iteration: int, times: int) -> list[int]:
 
 
 def _cfg(out, *extra):
-    from g2po.config import load_config
+    from g2po_bench.core.config import load_config
 
     return load_config(None, tp.train_args(out, "train.iterations=3", *extra))
 
 
 def test_crashed_heavy_iteration_is_retried_and_the_run_matches_one_without_crashes(tmp_path, monkeypatch):
-    from g2po.train import run_train
-    from results.rundir import read_jsonl
+    from g2po_bench.core.rundir import read_jsonl
+    from g2po_bench.train import run_train
 
     clean = read_jsonl(run_train(_cfg(tmp_path / "a")).metrics_path)
     calls = _crashing_rollouts(monkeypatch, iteration=2, times=2)
@@ -258,8 +258,8 @@ def test_crashed_heavy_iteration_is_retried_and_the_run_matches_one_without_cras
 
 
 def test_run_fails_with_the_reason_when_the_iteration_stays_crashed_heavy(tmp_path, monkeypatch):
-    from g2po.train import run_train
-    from results.rundir import read_jsonl
+    from g2po_bench.core.rundir import read_jsonl
+    from g2po_bench.train import run_train
 
     calls = _crashing_rollouts(monkeypatch, iteration=2, times=10)
     with pytest.raises(RuntimeError, match=r"iteration 2: more than 50% of the episodes crashed in each of 2 "
@@ -273,10 +273,10 @@ def test_run_fails_with_the_reason_when_the_iteration_stays_crashed_heavy(tmp_pa
 
 
 def test_report_flags_a_run_with_a_crashed_heavy_iteration(tmp_path):
-    from analysis.load import load_runs
-    from analysis.report import build_report
-    from analysis.synthetic import make_eval, write_synthetic_run
-    from results.crashes import crashed_heavy_iterations
+    from g2po_bench.analysis.load import load_runs
+    from g2po_bench.analysis.report import build_report
+    from g2po_bench.analysis.synthetic import make_eval, write_synthetic_run
+    from g2po_bench.core.crashes import crashed_heavy_iterations
 
     ev = make_eval(3, 0.5, {"pick_and_place_simple": 0.5})
     metrics = [{"iteration": i, "train/crashed": c, "train/episodes": 8, "train/steps": s}

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from fake_rollouts import TOY, TokenPolicy, act
 
-from algorithms.backends.common import record_step_table, step_advantages
-from algorithms.registry import estimate
-from analysis.state_graph import (
+from g2po_bench.algorithms.backends.common import record_step_table, step_advantages
+from g2po_bench.algorithms.registry import estimate
+from g2po_bench.analysis.state_graph import (
     FAILURE,
     SUCCESS,
     build_group_graph,
@@ -23,11 +23,11 @@ from analysis.state_graph import (
     group_rows,
     recompute,
 )
-from benchmarks.rollout import collect_rollouts, state_label
-from benchmarks.workers import EnvPool
-from g2po.cli import main as cli_main
-from g2po.config import config_hash, load_config
-from results.steptable import read_step_table, recorded_iterations, write_step_table
+from g2po_bench.benchmarks.rollout import collect_rollouts, state_label
+from g2po_bench.benchmarks.workers import EnvPool
+from g2po_bench.cli import main as cli_main
+from g2po_bench.core.config import config_hash, load_config
+from g2po_bench.core.steptable import read_step_table, recorded_iterations, write_step_table
 
 COMMON = ("mode", "gamma", "step_weight", "invalid_penalty", "success_reward")
 
@@ -245,9 +245,9 @@ def test_record_graphs_is_on_by_default_off_in_gpu_presets_and_not_in_the_hash()
 def test_training_records_step_tables_and_report_draws_one(tmp_path):
     """A short local training run (toy env) records one table per iteration; the rebuilt
     graphs match the diagnostics it logged; ``g2po report`` adds the state graph."""
-    from analysis.report import build_report
-    from g2po.train import run_train
-    from results.rundir import read_jsonl
+    from g2po_bench.analysis.report import build_report
+    from g2po_bench.core.rundir import read_jsonl
+    from g2po_bench.train import run_train
 
     cfg = load_config(None, [
         "env.name=toy", "env.max_steps=4", "env.num_workers=1", "train.iterations=2",
@@ -276,7 +276,7 @@ def test_training_records_step_tables_and_report_draws_one(tmp_path):
 
 
 def test_training_with_record_graphs_off_writes_no_tables(tmp_path):
-    from g2po.train import run_train
+    from g2po_bench.train import run_train
 
     cfg = load_config(None, [
         "env.name=toy", "env.max_steps=3", "env.num_workers=1", "train.iterations=1",
@@ -291,7 +291,7 @@ def test_training_with_record_graphs_off_writes_no_tables(tmp_path):
 
 
 def read_jsonl_first(path):
-    from results.rundir import read_jsonl
+    from g2po_bench.core.rundir import read_jsonl
 
     return read_jsonl(path)[0]
 

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from results.stats import bootstrap_ci, paired_improvement_ci
+from g2po_bench.core.stats import bootstrap_ci, paired_improvement_ci
 
 
 def test_constant_values_give_a_degenerate_interval():

@@ -11,14 +11,14 @@ import time
 
 import pytest
 
-from results.rundir import RunDir
-from sweeps import claims, scheduler
-from sweeps.claims import acquire, claim_state, read_claim
-from sweeps.job import RunTask, train_one
-from sweeps.launcher import SweepState, plan_launch
-from sweeps.scheduler import HOST, JobState, process_start
-from sweeps.spec import expand, load_spec
-from sweeps.testing import toy_spec
+from g2po_bench.core.rundir import RunDir
+from g2po_bench.sweeps import claims, scheduler
+from g2po_bench.sweeps.claims import acquire, claim_state, read_claim
+from g2po_bench.sweeps.job import RunTask, train_one
+from g2po_bench.sweeps.launcher import SweepState, plan_launch
+from g2po_bench.sweeps.scheduler import HOST, JobState, process_start
+from g2po_bench.sweeps.spec import expand, load_spec
+from g2po_bench.sweeps.testing import toy_spec
 
 
 def _sleeper():
@@ -187,7 +187,7 @@ def test_job_records_a_config_that_fails_on_the_node(tmp_path):
                    workdir=str(tmp_path))
     res = train_one(task)
     assert res["state"] == "failed" and "env.data_dir" in res["error"]
-    from sweeps.launcher import sweep_status
+    from g2po_bench.sweeps.launcher import sweep_status
 
     (row,) = sweep_status(spec)
     assert row.state == "failed" and "not-on-this-node" in row.detail
@@ -198,7 +198,7 @@ ALLOC_VARS = ("G2PO_SWEEP_CLUSTER", "G2PO_NUM_NODES", "G2PO_NODE_RANK", "G2PO_NO
 
 
 def test_allocation_is_passed_to_the_backend(monkeypatch):
-    from sweeps.job import export_allocation
+    from g2po_bench.sweeps.job import export_allocation
 
     for k in ALLOC_VARS:
         monkeypatch.setenv(k, "")  # restored after the test
@@ -216,7 +216,7 @@ def test_allocation_is_passed_to_the_backend(monkeypatch):
     assert all(os.environ[k] == v for k, v in got.items()) and os.environ["OMP_NUM_THREADS"] == "64"
     # the OpenRLHF backend reads the same contract
     try:
-        from algorithms.backends.openrlhf.cluster import read_allocation
+        from g2po_bench.algorithms.backends.openrlhf.cluster import read_allocation
     except ImportError:
         return
     alloc = read_allocation()

@@ -27,9 +27,9 @@ import sys
 
 import pytest
 
-from sweeps import launcher
-from sweeps.spec import expand, load_spec
-from sweeps.testing import (
+from g2po_bench.sweeps import launcher
+from g2po_bench.sweeps.spec import expand, load_spec
+from g2po_bench.sweeps.testing import (
     assert_complete_run,
     checkpoint_iteration,
     events,
@@ -102,7 +102,7 @@ def test_smoke_sweep_concurrent_launches_then_relaunch(cluster, tmp_path):
         assert len(jobs) == 4 and len({j.split("_")[0] for j in jobs}) == 1
 
     # the analysis code finds every run
-    from analysis.load import load_runs
+    from g2po_bench.analysis.load import load_runs
 
     loaded = load_runs(out)
     assert len(loaded.runs) == 4 and set(loaded.runs["state"]) == {"done"}
@@ -206,5 +206,5 @@ def test_cancel_stops_the_jobs_without_recording_a_crashed_iteration(cluster, tm
 
 
 def test_cli_entry_point_has_the_sweep_commands():
-    out = subprocess.run([sys.executable, "-m", "g2po.cli", "sweep", "--help"], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "g2po_bench.cli", "sweep", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and all(w in out.stdout for w in ("launch", "status", "cancel"))

@@ -2,7 +2,7 @@
 
 The local executor cancels with SIGINT. A launch from a non-interactive background shell
 (``nohup g2po sweep launch ... &``) starts its jobs with SIGINT ignored, and the cancel did
-nothing (the runs went on to the end). :func:`sweeps.job.accept_local_cancel`, called first in
+nothing (the runs went on to the end). :func:`g2po_bench.sweeps.job.accept_local_cancel`, called first in
 every job, restores Python's SIGINT handler on the local executor only. Checked on real processes
 started with SIGINT ignored.
 """
@@ -14,12 +14,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sweeps.job import accept_local_cancel
+from g2po_bench.sweeps.job import accept_local_cancel
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB = """
 import sys, time
-from sweeps.job import accept_local_cancel
+from g2po_bench.sweeps.job import accept_local_cancel
 restored = accept_local_cancel(sys.argv[1])
 try:  # the line is printed inside the try: the parent's SIGINT may follow it at once
     print("restored" if restored else "kept", flush=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from sweeps.spec import SPEC_DIR, SpecError, expand, load_spec
-from sweeps.testing import run_cli, toy_spec
+from g2po_bench.sweeps.spec import SPEC_DIR, SpecError, expand, load_spec
+from g2po_bench.sweeps.testing import run_cli, toy_spec
 
 PAPER_SPECS = {  # spec -> number of runs
     "main_table": 72,
@@ -72,7 +72,7 @@ def test_main_table_rows(paper):
 
 
 def test_ablation_options_come_from_the_registry(paper):
-    from algorithms.registry import estimator_spec
+    from g2po_bench.algorithms.registry import estimator_spec
 
     expanded = paper[1]
     choices = estimator_spec("g2po").choices["components"]
@@ -99,7 +99,7 @@ def test_smoke_spec_runs_anywhere():
 
 
 def test_cpu_proxy_spec_is_the_default_with_three_estimators_and_five_seeds():
-    from g2po.config import config_to_dict, load_config
+    from g2po_bench.core.config import config_to_dict, load_config
 
     runs = expand(load_spec("cpu_proxy"))
     assert len(runs) == 15

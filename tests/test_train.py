@@ -6,9 +6,9 @@ import shutil
 import numpy as np
 import pytest
 
-from g2po.config import load_config
-from g2po.train import run_train
-from results.rundir import read_jsonl
+from g2po_bench.core.config import load_config
+from g2po_bench.core.rundir import read_jsonl
+from g2po_bench.train import run_train
 
 TOY = [
     "env.name=toy", "env.max_steps=4", "env.num_workers=1", "train.iterations=2",
@@ -119,7 +119,7 @@ def test_one_iteration_on_generated_alfworld_games(tmp_path):
     assert ev["before"]["num_episodes"] == 6 and ev["final"]["iteration"] == 1
     assert "adv/singleton_frac" in m
     # the evaluation record carries its episodes and their bootstrap interval
-    from results.stats import bootstrap_ci
+    from g2po_bench.core.stats import bootstrap_ci
 
     final = ev["final"]
     wins = [w for _, w in final["episodes"]]
@@ -161,7 +161,7 @@ def test_a_fresh_start_refuses_to_overwrite_a_finished_run(tmp_path):
     running it again (resume=false) must not empty the finished run's records; it fails before
     any work, naming resume=true / run_id / deleting the folder. A folder without a finished run
     or checkpoint (stopped before its first checkpoint) is started over."""
-    from g2po.config import ConfigError
+    from g2po_bench.core.config import ConfigError
 
     cfg = _cfg(tmp_path, "eval.every=0")
     run = run_train(cfg)

@@ -11,22 +11,22 @@ import warnings
 import numpy as np
 import pytest
 
-from algorithms.backends.common import (
+from g2po_bench.algorithms.backends.common import (
     PromptTruncationWarning,
     TruncationWarnings,
     eval_metrics,
     rollout_metrics,
 )
-from algorithms.backends.local.model import build_tiny_model, load_model_and_tokenizer
-from algorithms.backends.local.policy import LocalPolicy
-from benchmarks.evaluation import evaluate
-from benchmarks.policy import Generation, response_was_cut
-from benchmarks.registry import get_benchmark
-from benchmarks.rollout import collect_rollouts
-from benchmarks.workers import EnvPool
-from g2po.config import load_config
-from g2po.train import run_train
-from results.rundir import read_jsonl
+from g2po_bench.algorithms.backends.local.model import build_tiny_model, load_model_and_tokenizer
+from g2po_bench.algorithms.backends.local.policy import LocalPolicy
+from g2po_bench.benchmarks.evaluation import evaluate
+from g2po_bench.benchmarks.policy import Generation, response_was_cut
+from g2po_bench.benchmarks.registry import get_benchmark
+from g2po_bench.benchmarks.rollout import collect_rollouts
+from g2po_bench.benchmarks.workers import EnvPool
+from g2po_bench.core.config import load_config
+from g2po_bench.core.rundir import read_jsonl
+from g2po_bench.train import run_train
 
 TOY = get_benchmark("toy")
 GOOD = "<think>t</think><action>go east</action>"

@@ -5,9 +5,9 @@ import json
 import torch
 from test_train import TOY as TRAIN_TOY
 
-from algorithms.backends.local.warm_start import warm_start_key, warm_start_settings
-from g2po.config import load_config
-from g2po.train import run_train
+from g2po_bench.algorithms.backends.local.warm_start import warm_start_key, warm_start_settings
+from g2po_bench.core.config import load_config
+from g2po_bench.train import run_train
 
 #: the toy training run of test_train.py, shorter (later overrides win)
 TOY = [*TRAIN_TOY, "train.iterations=1", "train.group_size=2", "eval.num_tasks=2", "eval.every=0"]
@@ -79,10 +79,10 @@ def test_detour_demonstrations_visit_another_receptacle_first_and_still_win(tmp_
     import numpy as np
     from conftest import require_shared
 
-    from benchmarks import alfworld
-    from benchmarks.alfworld.env import AlfworldEnv
-    from benchmarks.demos import collect_demonstrations
-    from benchmarks.workers import EnvPool
+    from g2po_bench.benchmarks import alfworld
+    from g2po_bench.benchmarks.alfworld.env import AlfworldEnv
+    from g2po_bench.benchmarks.demos import collect_demonstrations
+    from g2po_bench.benchmarks.workers import EnvPool
 
     root = require_shared("alfworld")
     tasks = alfworld.find_games(root, "valid_seen", ["pick_and_place_simple"])[:4]
@@ -110,8 +110,8 @@ def test_detour_opens_a_closed_receptacle_unless_the_walkthrough_does():
     """train.sft_detour_open_prob on hand-written plans: which receptacles, the probability, the RNG."""
     import numpy as np
 
-    from benchmarks.alfworld import expert_detour
-    from benchmarks.base import Observation
+    from g2po_bench.benchmarks.alfworld import expert_detour
+    from g2po_bench.core.protocol import Observation
 
     def room(*receptacles):
         return Observation(state_key="", text="", instruction="", admissible_actions=[f"go to {r}" for r in receptacles] + ["look"])
@@ -136,13 +136,13 @@ def test_detour_opens_a_closed_receptacle_unless_the_walkthrough_does():
 
 
 def test_replay_skips_a_conditional_action_the_observation_does_not_admit():
-    """benchmarks.base.IfAdmissible in a plan: played where admitted, skipped (no step) elsewhere."""
+    """g2po_bench.core.protocol.IfAdmissible in a plan: played where admitted, skipped (no step) elsewhere."""
     from types import SimpleNamespace
 
-    from benchmarks import toy
-    from benchmarks.base import IfAdmissible
-    from benchmarks.demos import collect_demonstrations
-    from benchmarks.workers import EnvPool
+    from g2po_bench.benchmarks import toy
+    from g2po_bench.benchmarks.demos import collect_demonstrations
+    from g2po_bench.benchmarks.workers import EnvPool
+    from g2po_bench.core.protocol import IfAdmissible
 
     task = toy.load_tasks(None, "train")[2]  # corridor of 4 rooms: 3 x go east wins
     plan = [IfAdmissible("open door"), "go east", IfAdmissible("look"), "go east", IfAdmissible("open door"),
@@ -164,9 +164,9 @@ def test_opening_detours_on_real_games_show_the_contents_then_leave():
     every replay still wins, with and without a recovery from a refused take there."""
     from conftest import require_shared
 
-    from benchmarks import alfworld
-    from benchmarks.demos import collect_demonstrations
-    from benchmarks.workers import EnvPool
+    from g2po_bench.benchmarks import alfworld
+    from g2po_bench.benchmarks.demos import collect_demonstrations
+    from g2po_bench.benchmarks.workers import EnvPool
 
     root = require_shared("alfworld")
     tasks = alfworld.find_games(root, "valid_seen")[::7][:20]
@@ -198,7 +198,7 @@ def test_stall_inserts_examines_of_the_current_receptacle_within_the_step_limit(
     """The dawdling expert (train.sft_stall_prob) on a hand-written plan: where, how many, the cap."""
     import numpy as np
 
-    from benchmarks.alfworld import expert_stall
+    from g2po_bench.benchmarks.alfworld import expert_stall
 
     plan = ["go to shelf 1", "take book 1 from shelf 1", "go to desk 1", "use desklamp 1"]
     assert expert_stall(plan, np.random.default_rng(0), 0.0, 15) == plan
@@ -221,9 +221,9 @@ def test_stall_inserts_examines_of_the_current_receptacle_within_the_step_limit(
 def test_stall_demonstrations_still_win_on_real_games():
     from conftest import require_shared
 
-    from benchmarks import alfworld
-    from benchmarks.demos import collect_demonstrations
-    from benchmarks.workers import EnvPool
+    from g2po_bench.benchmarks import alfworld
+    from g2po_bench.benchmarks.demos import collect_demonstrations
+    from g2po_bench.benchmarks.workers import EnvPool
 
     root = require_shared("alfworld")
     tasks = alfworld.find_games(root, "valid_seen", ["pick_and_place_simple"])[:4]
@@ -241,10 +241,10 @@ def test_mistake_is_inserted_after_the_detour_and_never_imitated():
     """The recovery demonstrations (train.sft_recovery_prob): the plan, then the replay on real games."""
     from conftest import require_shared
 
-    from benchmarks import alfworld
-    from benchmarks.base import Mistake
-    from benchmarks.demos import collect_demonstrations
-    from benchmarks.workers import EnvPool
+    from g2po_bench.benchmarks import alfworld
+    from g2po_bench.benchmarks.demos import collect_demonstrations
+    from g2po_bench.benchmarks.workers import EnvPool
+    from g2po_bench.core.protocol import Mistake
 
     detour = ["go to drawer 1", "go to dresser 1", "take alarmclock 1 from dresser 1", "use desklamp 1"]
     out = alfworld.expert_mistake(detour)
@@ -282,7 +282,7 @@ def _tasks(n):
 def test_demonstration_tasks_are_evenly_spread_and_rl_can_leave_them_out(tmp_path):
     import pytest
 
-    from algorithms.backends.common import demonstration_tasks, rl_tasks
+    from g2po_bench.algorithms.backends.common import demonstration_tasks, rl_tasks
 
     cfg = _cfg(tmp_path, "train.sft_max_tasks=4")
     tasks = _tasks(10)
@@ -307,8 +307,8 @@ def test_demonstration_tasks_are_evenly_spread_and_rl_can_leave_them_out(tmp_pat
 def test_rl_without_demos_never_plays_a_demonstration_task(tmp_path):
     import pandas as pd
 
-    from algorithms.backends.common import demonstration_tasks, load_task_splits
-    from benchmarks.registry import get_benchmark
+    from g2po_bench.algorithms.backends.common import demonstration_tasks, load_task_splits
+    from g2po_bench.benchmarks.registry import get_benchmark
 
     cfg = _cfg(tmp_path, "train.sft_max_tasks=3", "train.rl_tasks=without_demos", "train.iterations=2",
                "train.groups_per_batch=4")
@@ -329,7 +329,7 @@ def test_a_stop_request_during_sft_ends_the_run_cleanly_without_caching_a_half_w
 
     import pytest
 
-    from algorithms.backends.local import sft
+    from g2po_bench.algorithms.backends.local import sft
 
     real = sft.supervised_finetune
     calls = []

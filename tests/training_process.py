@@ -1,7 +1,7 @@
 """A real training process for signal and kill tests: start it, interrupt it mid-iteration,
 relaunch it, and compare its metrics with an uninterrupted run of the same seed.
 
-``start_training`` runs ``python -m g2po.cli train`` (this checkout's code) in a subprocess.
+``start_training`` runs ``python -m g2po_bench.cli train`` (this checkout's code) in a subprocess.
 With ``job_like=True`` the process first installs the signal handlers a Submitit job has (SIGTERM
 ignored with a log line, as Submitit's ``bypass`` does), so a SIGTERM behaves as under
 ``scancel``: the process is not killed by it, and only the trainer's signal policy
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from sweeps.testing import descendants, kill_tree  # shared with the sweep tests
+from g2po_bench.sweeps.testing import descendants, kill_tree  # shared with the sweep tests
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -43,7 +43,7 @@ if sys.argv[1] == "job":
         print(f"bypassing signal {signal.Signals(signum).name}", file=sys.stderr, flush=True)
     signal.signal(signal.SIGTERM, bypass)
     signal.signal(signal.SIGCONT, bypass)
-from g2po.cli import main
+from g2po_bench.cli import main
 sys.exit(main(["train", *sys.argv[2:]]))
 """
 
@@ -84,8 +84,8 @@ def metrics(out: Path) -> list[dict]:
 
 
 def without_timings(records: list[dict]) -> list[dict]:
-    """``records`` without their timing keys (:func:`sweeps.testing.is_timing_key`)."""
-    from sweeps.testing import is_timing_key
+    """``records`` without their timing keys (:func:`g2po_bench.sweeps.testing.is_timing_key`)."""
+    from g2po_bench.sweeps.testing import is_timing_key
 
     return [{k: v for k, v in r.items() if not is_timing_key(k)} for r in records]
 
@@ -109,7 +109,7 @@ def wait_for_iteration(out: Path, k: int, proc: subprocess.Popen, timeout: float
 
 def signal_job(pid: int, sig: int) -> list[int]:
     """Send ``sig`` to ``pid`` and all its descendants (as Slurm signals a job step); returns
-    the descendants signalled (:func:`sweeps.testing.kill_tree`)."""
+    the descendants signalled (:func:`g2po_bench.sweeps.testing.kill_tree`)."""
     return kill_tree(pid, sig)
 
 

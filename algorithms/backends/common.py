@@ -10,7 +10,7 @@
   collection, evaluation and logged names, the same on every backend (a run's metrics.jsonl
   reads the same whichever backend wrote it).
 - :func:`step_table_columns`, :func:`record_step_table`: the per-iteration step table of
-  :mod:`results.steptable` (``record_graphs=true``), from which ``g2po graph`` draws a group.
+  :mod:`g2po_bench.core.steptable` (``record_graphs=true``), from which ``g2po graph`` draws a group.
 - :class:`TruncationWarnings`: the one-time warnings when prompts are cut to
   ``train.max_prompt_tokens`` (training and evaluation alike).
 
@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from algorithms.registry import AdvantageResult, estimate, estimator_spec
-from benchmarks.evaluation import evaluate, select_panel
-from benchmarks.rollout import RolloutBatch, collect_rollouts, success_by_task_type
+from g2po_bench.algorithms.registry import AdvantageResult, estimate, estimator_spec
+from g2po_bench.benchmarks.evaluation import evaluate, select_panel
+from g2po_bench.benchmarks.rollout import RolloutBatch, collect_rollouts, success_by_task_type
 
 __all__ = ["needs_critic", "estimator_options", "step_advantages", "eval_summary", "eval_record",
            "at_train_temperature", "train_temperature_eval_due", "load_task_splits",
@@ -118,7 +118,7 @@ def eval_record(cfg, history: list[dict[str, Any]], train_temperature_evals: dic
 def load_task_splits(cfg, bench) -> tuple[list, list]:
     """(training tasks, evaluation panel) of ``cfg.env``: ``cfg.env.train_split`` whole and
     the panel of ``cfg.eval.num_tasks`` tasks of ``cfg.env.eval_split``
-    (:func:`benchmarks.evaluation.select_panel`).
+    (:func:`g2po_bench.benchmarks.evaluation.select_panel`).
 
     Raises:
         ValueError: the training split holds no task.
@@ -180,7 +180,7 @@ def training_rollouts(cfg, policy, pool, bench, train_tasks, iteration: int, on_
 
 
 def evaluate_panel(cfg, policy, pool, bench, panel, iteration: int, on_progress=None) -> dict[str, Any]:
-    """The evaluation record (:func:`benchmarks.evaluation.evaluate`) of ``panel`` at
+    """The evaluation record (:func:`g2po_bench.benchmarks.evaluation.evaluate`) of ``panel`` at
     ``eval.temperature`` with the training step limit, response length and history, as many
     episodes at a time as a training iteration plays (``train.groups_per_batch x
     train.group_size``: the pool already holds that many slots; 128 episodes at once play the
@@ -242,7 +242,7 @@ def eval_metrics(ev: dict[str, Any]) -> dict[str, Any]:
 
 def step_table_columns(cfg, rb: RolloutBatch, res: AdvantageResult,
                        values: np.ndarray | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The columns and metadata of one iteration's step table (:mod:`results.steptable`).
+    """The columns and metadata of one iteration's step table (:mod:`g2po_bench.core.steptable`).
 
     Args:
         cfg: the RunConfig (estimator name and options).
@@ -257,7 +257,7 @@ def step_table_columns(cfg, rb: RolloutBatch, res: AdvantageResult,
     Raises:
         ValueError: a row term is named like a base column.
     """
-    from results.steptable import BASE_COLUMNS
+    from g2po_bench.core.steptable import BASE_COLUMNS
 
     st = rb.steps
     n = len(st)
@@ -298,7 +298,7 @@ def record_step_table(run_root, cfg, rb: RolloutBatch, res: AdvantageResult, ite
     """
     if not getattr(cfg, "record_graphs", False):
         return {}
-    from results.steptable import write_step_table
+    from g2po_bench.core.steptable import write_step_table
 
     t0 = time.time()
     columns, meta = step_table_columns(cfg, rb, res, values)

@@ -3,7 +3,7 @@
 - :func:`load_tasks` (``cfg: EnvConfig, split``) -> tasks: official/downloaded games from
   ``cfg.data_dir`` (ALFWorld layout, e.g. ``../shared/data/alfworld``), or, when
   ``cfg.data_dir`` is None, games generated offline into ``cfg.generated_dir``
-  (splits ``"train"`` and ``"eval"``; see :mod:`benchmarks.alfworld.generate`).
+  (splits ``"train"`` and ``"eval"``; see :mod:`g2po_bench.benchmarks.alfworld.generate`).
 - :func:`make_env` (``cfg``) -> :class:`AlfworldEnv` (the real textworld/alfworld engine).
 - :func:`build_prompt`, :func:`expert_response`: the verl-agent step prompt and short expert
   responses for supervised warm starts; :func:`expert_actions`: a game's walkthrough.
@@ -18,8 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.alfworld.env import AlfworldEnv
-from benchmarks.alfworld.games import (
+from g2po_bench.benchmarks.alfworld.env import AlfworldEnv
+from g2po_bench.benchmarks.alfworld.games import (
     SHORT_NAMES,
     TASK_TYPES,
     AlfworldDataError,
@@ -27,11 +27,11 @@ from benchmarks.alfworld.games import (
     find_games,
     load_walkthrough,
 )
-from benchmarks.alfworld.prompt import build_prompt, expert_response
-from benchmarks.base import IfAdmissible, Mistake, Task, state_key_rule
+from g2po_bench.benchmarks.alfworld.prompt import build_prompt, expert_response
+from g2po_bench.core.protocol import IfAdmissible, Mistake, Task, state_key_rule
 
 if TYPE_CHECKING:  # pragma: no cover
-    from g2po.config import EnvConfig
+    from g2po_bench.core.config import EnvConfig
 
 __all__ = [
     "TASK_TYPES",
@@ -66,10 +66,10 @@ GENERATED_SPLIT_ALIASES = {"valid_seen": "eval", "valid_unseen": "eval"}
 
 def data_root(cfg: EnvConfig) -> Path:
     """The games folder for ``cfg``: ``cfg.data_dir``, or the generated folder (generating the
-    games once if needed, see :func:`benchmarks.alfworld.generate.ensure_generated`)."""
+    games once if needed, see :func:`g2po_bench.benchmarks.alfworld.generate.ensure_generated`)."""
     if cfg.data_dir is not None:
         return Path(cfg.data_dir)
-    from benchmarks.alfworld.generate import ensure_generated
+    from g2po_bench.benchmarks.alfworld.generate import ensure_generated
 
     return ensure_generated(cfg)
 
@@ -85,7 +85,7 @@ def load_tasks(cfg: EnvConfig, split: str) -> list[Task]:
 
     Raises:
         AlfworldDataError: folder/split missing or no games (the message says what to run).
-        benchmarks.loading.SplitTooSmallError: fewer games load than the folder's manifest
+        g2po_bench.benchmarks.loading.SplitTooSmallError: fewer games load than the folder's manifest
             (generated games) or download record (``g2po data download``) says it holds.
     """
     root = data_root(cfg)
@@ -102,7 +102,7 @@ def _check_manifest(root: Path, split: str, have: int, *, generated: bool, filte
     without a task-type filter)."""
     import json
 
-    from benchmarks.loading import require_at_least
+    from g2po_bench.benchmarks.loading import require_at_least
 
     name, key, fix = (("manifest.json", "splits", "delete the folder and run `g2po data generate alfworld` "
                        "with the same settings to generate them again") if generated else
@@ -121,7 +121,7 @@ def _check_manifest(root: Path, split: str, have: int, *, generated: bool, filte
 
 def make_env(cfg: EnvConfig) -> AlfworldEnv:
     """A fresh :class:`AlfworldEnv` with ``cfg.state_key`` ("reference" or "raw"; "auto" =
-    reference, :func:`benchmarks.base.state_key_rule`); cheap, no I/O."""
+    reference, :func:`g2po_bench.core.protocol.state_key_rule`); cheap, no I/O."""
     return AlfworldEnv(state_key=state_key_rule(cfg))
 
 
@@ -149,14 +149,14 @@ def expert_detour(plan: list[str], first_obs, rng, open_prob: float = 0.0) -> li
     ``open_prob`` the detour opens it ("open drawer 1": the reply lists its contents, without the
     target) before going on, two steps later (``train.sft_detour_open_prob``). Without that, every
     "open" a demonstration shows is followed by taking the target, and a warm start learns to take
-    the task's object from whatever it opens. The "open" is an :class:`~benchmarks.base.IfAdmissible`
+    the task's object from whatever it opens. The "open" is an :class:`~g2po_bench.core.protocol.IfAdmissible`
     action (skipped where the receptacle turns out to be open: some official games have drawers
     without doors), and none is added when the walkthrough itself opens that receptacle later
     (it would find it open and be refused).
 
     Args:
         plan: the walkthrough (:func:`expert_actions`).
-        first_obs: the reset :class:`~benchmarks.base.Observation` (its admissible actions).
+        first_obs: the reset :class:`~g2po_bench.core.protocol.Observation` (its admissible actions).
         rng: a ``numpy.random.Generator`` (one draw for the receptacle, one more for an openable
             one when ``open_prob`` > 0).
         open_prob: probability in [0, 1] of opening a closed detour receptacle.
@@ -185,7 +185,7 @@ def expert_mistake(plan: list[str]) -> list[str]:
     At the receptacle the detour visits (after opening it, when the detour does), the expert
     first tries to take the task's object there ("take <object> from <receptacle>": refused with
     "Nothing happens.", the object is elsewhere), then goes on with the walkthrough. The attempt
-    is a :class:`~benchmarks.base.Mistake`: played and shown in the history, never imitated, so
+    is a :class:`~g2po_bench.core.protocol.Mistake`: played and shown in the history, never imitated, so
     the warm start sees what to do after a refused action (the state a policy gets stuck in),
     which the planner's walkthroughs never show (the CPU proxy's ``train.sft_recovery_prob``).
 
@@ -245,15 +245,15 @@ def expert_stall(plan: list[str], rng, prob: float, max_len: int) -> list[str]:
 
 def __getattr__(name: str) -> Any:  # lazy access to heavier helpers
     if name in ("generate_games", "ensure_generated"):
-        from benchmarks.alfworld import generate
+        from g2po_bench.benchmarks.alfworld import generate
 
         return getattr(generate, name)
-    if name == "preload_worker_modules":  # benchmarks.registry's optional interface
-        from benchmarks.alfworld import engine
+    if name == "preload_worker_modules":  # g2po_bench.benchmarks.registry's optional interface
+        from g2po_bench.benchmarks.alfworld import engine
 
         return engine.preload_worker_modules
     if name in ("download_alfworld", "DataDownloadError"):
-        from benchmarks.alfworld import download
+        from g2po_bench.benchmarks.alfworld import download
 
         return getattr(download, name)
     raise AttributeError(name)

@@ -2,15 +2,15 @@
 
 Usage::
 
-    python -m benchmarks.alfworld.bench                      # generated games (temporary folder)
-    python -m benchmarks.alfworld.bench --data ../shared/data/alfworld --split valid_seen
-    python -m benchmarks.alfworld.bench --games 6 --steps 30 --seed 0
+    python -m g2po_bench.benchmarks.alfworld.bench                      # generated games (temporary folder)
+    python -m g2po_bench.benchmarks.alfworld.bench --data ../shared/data/alfworld --split valid_seen
+    python -m g2po_bench.benchmarks.alfworld.bench --games 6 --steps 30 --seed 0
 
 Plays ``--episodes`` episodes per game with uniformly random admissible actions (seeded) for
-``--steps`` steps or until won, through :class:`benchmarks.alfworld.env.AlfworldEnv`, and prints
+``--steps`` steps or until won, through :class:`g2po_bench.benchmarks.alfworld.env.AlfworldEnv`, and prints
 the first reset of each game (load + translate), repeated resets (cached) and steps/s. With
 generated games it also prints the generation time per game and the first reset of a game the
-worker has not played (per-game memos empty, :func:`benchmarks.alfworld.engine.forget_games`),
+worker has not played (per-game memos empty, :func:`g2po_bench.benchmarks.alfworld.engine.forget_games`),
 with the generator's stored parse (``game.parsed.pkl``) and without it.
 """
 
@@ -23,9 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.alfworld import engine
-from benchmarks.alfworld.env import AlfworldEnv
-from benchmarks.alfworld.games import PARSED_FILE, TASK_TYPES, find_games
+from g2po_bench.benchmarks.alfworld import engine
+from g2po_bench.benchmarks.alfworld.env import AlfworldEnv
+from g2po_bench.benchmarks.alfworld.games import PARSED_FILE, TASK_TYPES, find_games
 
 
 def fresh_worker_reset_s(tasks, *, parsed: bool) -> float:
@@ -57,7 +57,10 @@ def run(
     results: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         if data is None:
-            from benchmarks.alfworld.generate import generate_games, last_generation_stats
+            from g2po_bench.benchmarks.alfworld.generate import (
+                generate_games,
+                last_generation_stats,
+            )
 
             t0 = time.perf_counter()
             generate_games(tmp, "eval", games, seed, 6, workers=1)
@@ -135,11 +138,11 @@ def run(
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Command-line entry. ``argv`` None means ``sys.argv[1:]`` when run as
-    ``python -m benchmarks.alfworld.bench`` and no arguments (defaults) when called from
+    ``python -m g2po_bench.benchmarks.alfworld.bench`` and no arguments (defaults) when called from
     another program (e.g. ``g2po bench alfworld``, which passes ``prog`` for its usage line)."""
     if argv is None and __name__ != "__main__":
         argv = []
-    p = argparse.ArgumentParser(prog=prog or "python -m benchmarks.alfworld.bench",
+    p = argparse.ArgumentParser(prog=prog or "python -m g2po_bench.benchmarks.alfworld.bench",
                                 description=__doc__.splitlines()[0])
     p.add_argument(
         "--data",

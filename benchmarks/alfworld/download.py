@@ -8,7 +8,7 @@ states and a Mask R-CNN checkpoint that text-only play does not need) with its `
 function and extracts them with its ``unzip`` function. :func:`download_alfworld` loads that
 script as a module and calls those two functions for the two text-game archives only, then
 copies the wheel's ``logic/alfred.{pddl,twl2}`` next to them (as the script does) and verifies
-the result with :func:`benchmarks.alfworld.games.find_games`.
+the result with :func:`g2po_bench.benchmarks.alfworld.games.find_games`.
 
 Nothing here runs at import or at environment construction (DESIGN.md); the CLI command
 ``g2po data download alfworld`` calls :func:`download_alfworld`.
@@ -29,8 +29,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from benchmarks.alfworld.engine import ensure_alfworld_data_env, wheel_logic_paths
-from benchmarks.alfworld.games import DATA_FOLDER, AlfworldDataError, find_games, resolve_split_dirs
+from g2po_bench.benchmarks.alfworld.engine import ensure_alfworld_data_env, wheel_logic_paths
+from g2po_bench.benchmarks.alfworld.games import (
+    DATA_FOLDER,
+    AlfworldDataError,
+    find_games,
+    resolve_split_dirs,
+)
 
 __all__ = ["DataDownloadError", "download_alfworld", "load_downloader", "EXPECTED_SPLITS"]
 

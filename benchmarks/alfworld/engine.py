@@ -12,7 +12,7 @@ environment cycle through them; a rollout engine needs to reset to a *chosen* ga
 we hold the same wrappers around one ``PddlEnv`` and call ``load(game_file)`` when the game
 changes (``shuffle=False`` = the evaluation setting: objects are numbered in sorted-id order).
 
-Speed (CPU time on a 2-core machine; ``python -m benchmarks.alfworld.bench``): the unmodified
+Speed (CPU time on a 2-core machine; ``python -m g2po_bench.benchmarks.alfworld.bench``): the unmodified
 engine spends ~0.9 s per ``reset`` of an official kitchen in fast-downward's PDDL-to-SAS
 translation (run twice per reset) and ~60 ms per random ``step``, mostly re-parsing grammar
 snippets and conditions with TatSu and deep-copying derivation contexts. With
@@ -130,7 +130,7 @@ def install_caches() -> None:
       ``sys.argv`` is restored after each real call. The cached ``task`` is only read by
       ``textworld.envs.pddl.logic.PddlState``. The generator writes each game's two
       translations and grammar parse next to it (:func:`save_parsed_game`) and
-      :class:`~benchmarks.alfworld.env.AlfworldEnv` reads them back before a load
+      :class:`~g2po_bench.benchmarks.alfworld.env.AlfworldEnv` reads them back before a load
       (:func:`load_parsed_game`), so a generated game is translated and parsed once, not once
       per worker process and per eviction from these memos.
     - ``textworld.envs.pddl.logic._parse_and_convert(text, rule_name)``: the TatSu parse of a
@@ -320,7 +320,7 @@ def save_parsed_game(path: str | os.PathLike[str], game: dict[str, Any]) -> bool
 
     Args:
         path: the file to write (atomically: a temporary file, then a rename); by convention
-            :data:`benchmarks.alfworld.games.PARSED_FILE` next to the game file.
+            :data:`g2po_bench.benchmarks.alfworld.games.PARSED_FILE` next to the game file.
         game: the game file's JSON object (``pddl_domain``, ``pddl_problem``, ``grammar``), just
             loaded in this process (the memos are keyed by digests of these texts).
 
@@ -488,7 +488,7 @@ def uninstall_caches() -> None:
 def preload_worker_modules() -> None:
     """Import textworld and alfworld and install :func:`install_caches` in this process.
 
-    :class:`benchmarks.workers.EnvPool` calls it before it forks its environment workers: a
+    :class:`g2po_bench.benchmarks.workers.EnvPool` calls it before it forks its environment workers: a
     forked worker then starts with the modules loaded instead of importing them itself, which
     took about 1.3 of the 1.8 s of a fresh worker's first reset, and a worker recycled every
     ``env.worker_max_episodes`` episodes paid it again each time.

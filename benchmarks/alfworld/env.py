@@ -3,11 +3,11 @@
 One instance plays one episode at a time and can reset to any game file; the engine is built
 once (one fast-downward library copy per instance) and a game is (re)loaded only when the
 requested game file (path, modification time, size) differs from the loaded one (textworld's ``PddlEnv.reset`` rebuilds the game
-state from the cached problem translation, see :mod:`benchmarks.alfworld.engine`). A generated
+state from the cached problem translation, see :mod:`g2po_bench.benchmarks.alfworld.engine`). A generated
 game's translations and grammar parse are read from its ``game.parsed.pkl`` (written by the
 generator) when there is one.
 
-Observation fields (``benchmarks.base.Observation``):
+Observation fields (``g2po_bench.core.protocol.Observation``):
 - ``text``: after ``reset`` the initial observation without the banner and the task
   ("You are in the middle of a room. Looking quickly around you, you see ..."); after a step
   the engine's feedback ("You arrive at ...", "Nothing happens.", ...).
@@ -15,7 +15,7 @@ Observation fields (``benchmarks.base.Observation``):
   microwave."), as verl-agent's ``extract_task`` takes it.
 - ``admissible_actions``: the engine's sorted admissible commands without ``"help"``
   (verl-agent drops "help" when it shows the list to the model and in its anchors).
-- ``state_key``: from the configured rule (:mod:`benchmarks.alfworld.state_keys`).
+- ``state_key``: from the configured rule (:mod:`g2po_bench.benchmarks.alfworld.state_keys`).
 - ``reward``: 1.0 on the step that wins, else 0.0 (ALFWorld's score; papers rescale to 10).
 - ``done`` / ``won``: the game is won (ALFWorld has no losing end; the rollout engine applies
   the step limit, this class never truncates).
@@ -33,10 +33,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.alfworld.engine import load_parsed_game, make_pddl_env, split_intro
-from benchmarks.alfworld.games import PARSED_FILE
-from benchmarks.alfworld.state_keys import NOTHING_HAPPENS, StateKeyRule, make_state_key
-from benchmarks.base import Environment, Observation, Task
+from g2po_bench.benchmarks.alfworld.engine import load_parsed_game, make_pddl_env, split_intro
+from g2po_bench.benchmarks.alfworld.games import PARSED_FILE
+from g2po_bench.benchmarks.alfworld.state_keys import NOTHING_HAPPENS, StateKeyRule, make_state_key
+from g2po_bench.core.protocol import Environment, Observation, Task
 
 __all__ = ["AlfworldEnv"]
 
@@ -46,8 +46,8 @@ class AlfworldEnv(Environment):
 
     Args:
         state_key: ``"reference"`` (G2PO key), ``"raw"`` (observation text), or a zero-argument
-            factory returning a :class:`~benchmarks.alfworld.state_keys.StateKeyRule`.
-        caches: install the engine speed-ups (:func:`benchmarks.alfworld.engine.install_caches`:
+            factory returning a :class:`~g2po_bench.benchmarks.alfworld.state_keys.StateKeyRule`.
+        caches: install the engine speed-ups (:func:`g2po_bench.benchmarks.alfworld.engine.install_caches`:
             memoized translation/parsing, shallow context copies; same observations, ~10x
             faster steps). They are process-wide: ``False`` does not remove them once installed.
 

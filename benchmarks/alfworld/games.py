@@ -1,4 +1,4 @@
-"""Finding ALFWorld games on disk and turning them into :class:`benchmarks.base.Task` objects.
+"""Finding ALFWorld games on disk and turning them into :class:`g2po_bench.core.protocol.Task` objects.
 
 Layout (official data and the offline generator alike)::
 
@@ -24,8 +24,8 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from benchmarks.base import Task
-from benchmarks.loading import warn_skipped
+from g2po_bench.benchmarks.loading import warn_skipped
+from g2po_bench.core.protocol import Task
 
 __all__ = [
     "TASK_TYPES",
@@ -61,7 +61,7 @@ SHORT_NAMES: dict[str, str] = {
 GAME_FILE = "game.tw-pddl"
 TRAJ_FILE = "traj_data.json"
 #: the generator's parsed form of a game (PDDL->SAS translations, grammar parse), next to its
-#: GAME_FILE (:func:`benchmarks.alfworld.engine.save_parsed_game`); optional, official games have none.
+#: GAME_FILE (:func:`g2po_bench.benchmarks.alfworld.engine.save_parsed_game`); optional, official games have none.
 PARSED_FILE = "game.parsed.pkl"
 DATA_FOLDER = "json_2.1.1"
 DOWNLOAD_HINT = (
@@ -164,7 +164,7 @@ def find_games(
 
     A game that fails to load (a trial folder without ``game.tw-pddl`` or ``traj_data.json``, a
     game file that cannot be read or parsed, a task folder of an unknown task type or without
-    trials) is named with the reason in one :class:`benchmarks.loading.DataLoadWarning`; what
+    trials) is named with the reason in one :class:`g2po_bench.benchmarks.loading.DataLoadWarning`; what
     is left out by definition (``movable``/``Sliced`` folders, unsolvable games) is not.
 
     Returns:

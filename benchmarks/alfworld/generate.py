@@ -5,7 +5,7 @@ assets); the CPU default of this project trains on small generated games instead
 from the alfworld 0.4.2 wheel:
 
 - PDDL domain ``alfworld/data/alfred.pddl`` and grammar ``alfworld/data/alfred.twl2``
-  (:func:`benchmarks.alfworld.engine.wheel_logic_paths`);
+  (:func:`g2po_bench.benchmarks.alfworld.engine.wheel_logic_paths`);
 - goal PDDL and task-sentence templates: ``alfworld.gen.goal_library.gdict``;
 - floor plans: ``alfworld/gen/layouts/FloorPlan<N>-objects.json`` (object types present in
   the ALFRED scene), ``FloorPlan<N>-openable.json`` (receptacle ids -> the pose the agent
@@ -36,7 +36,7 @@ fridge for Cool), no initial ``isCool``.
 Each game is checked with the PDDL planner expert (textworld's ``policy_commands``:
 fast-downward re-plans from the initial state; ALFWorld's ``AlfredExpert(expert_type=
 "planner")``), stored with that plan as walkthrough, and the walkthrough is replayed through
-:class:`benchmarks.alfworld.env.AlfworldEnv`; a game is kept only if the replay wins at the last
+:class:`g2po_bench.benchmarks.alfworld.env.AlfworldEnv`; a game is kept only if the replay wins at the last
 step. A failed sample is redrawn (deterministically) up to :data:`MAX_ATTEMPTS` times.
 
 Determinism: game ``k`` of a split is a pure function of ``(seed, split, k, task type,
@@ -45,13 +45,13 @@ assigned round robin (``task_types[k % len(task_types)]``). The ``"train"`` spli
 ALFRED's training floor plans, every other split its held-out test floor plans, so train and
 eval never share a floor plan.
 
-Output layout (loadable by :func:`benchmarks.alfworld.games.find_games`)::
+Output layout (loadable by :func:`g2po_bench.benchmarks.alfworld.games.find_games`)::
 
     <out>/json_2.1.1/<split>/<task_type>-<Obj>-None-<Recep>-<floor plan>/trial_gen_<seed>_<k>/
         game.tw-pddl, traj_data.json, game.parsed.pkl
 
 ``game.parsed.pkl`` holds what the planner's load of the game computed (its two PDDL->SAS
-translations and its grammar parse, :func:`benchmarks.alfworld.engine.save_parsed_game`), so
+translations and its grammar parse, :func:`g2po_bench.benchmarks.alfworld.engine.save_parsed_game`), so
 that the rollout workers load the game without translating or parsing it again (a load of a
 generated game: ~0.13 s of CPU without it, ~0.03 s with it, on 2 busy cores). A folder generated
 before the generator stored it gets it once, at the next :func:`ensure_generated`
@@ -85,7 +85,7 @@ from multiprocessing import get_all_start_methods, get_context
 from pathlib import Path
 from typing import Any
 
-from benchmarks.alfworld.engine import (
+from g2po_bench.benchmarks.alfworld.engine import (
     PARSED_GAME_FORMAT,
     TASK_PLACEHOLDER,
     ensure_alfworld_data_env,
@@ -95,8 +95,14 @@ from benchmarks.alfworld.engine import (
     save_parsed_game,
     wheel_logic_paths,
 )
-from benchmarks.alfworld.games import DATA_FOLDER, GAME_FILE, PARSED_FILE, TASK_TYPES, TRAJ_FILE
-from benchmarks.shutdown import check_stop
+from g2po_bench.benchmarks.alfworld.games import (
+    DATA_FOLDER,
+    GAME_FILE,
+    PARSED_FILE,
+    TASK_TYPES,
+    TRAJ_FILE,
+)
+from g2po_bench.benchmarks.shutdown import check_stop
 
 __all__ = [
     "GENERATOR_VERSION",
@@ -481,8 +487,8 @@ def _generate_one(job: tuple[str, str, int, int, str, int, str]) -> tuple[int, s
     """Generate, solve and verify game ``k``; returns (k, game file, wall seconds, attempts,
     CPU seconds)."""
     out_dir, split, seed, k, task_type, max_receptacles, scenes = job
-    from benchmarks.alfworld.env import AlfworldEnv
-    from benchmarks.base import Task
+    from g2po_bench.benchmarks.alfworld.env import AlfworldEnv
+    from g2po_bench.core.protocol import Task
 
     t0, c0 = time.perf_counter(), time.process_time()
     a = _assets()
@@ -641,7 +647,7 @@ def generate_games(
     results: list[tuple[int, str, float, int, float]] = []
     bar = _progress(len(jobs), f"generating ALFWorld {split}", progress)
     t0 = time.perf_counter()
-    # a stop request (benchmarks.shutdown: a trainer's SIGINT/SIGTERM) ends generation between
+    # a stop request (g2po_bench.benchmarks.shutdown: a trainer's SIGINT/SIGTERM) ends generation between
     # games; the caller's staging folder is removed and the run says "interrupted"
     if n_workers == 1:
         for job in jobs:

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from benchmarks.alfworld.engine import INTRO_BANNER, TASK_PREFIX
-from benchmarks.base import Observation
+from g2po_bench.benchmarks.alfworld.engine import INTRO_BANNER, TASK_PREFIX
+from g2po_bench.core.protocol import Observation
 
 __all__ = [
     "PROMPT_STYLES",
@@ -232,7 +232,7 @@ def expert_response(action: str, obs: Observation | None = None, style: str = "r
     ``expert_response("heat apple 1 with microwave 1", obs)`` ->
     ``"<think>The apple 1 must be hot, so I heat it with the microwave 1.</think><action>heat
     apple 1 with microwave 1</action>"``. Used to warm-start a small model by supervised
-    fine-tuning on walkthroughs; it parses as valid with :func:`benchmarks.parsing.parse_response`.
+    fine-tuning on walkthroughs; it parses as valid with :func:`g2po_bench.benchmarks.parsing.parse_response`.
 
     Args:
         action: the command (e.g. a walkthrough step).

@@ -1,16 +1,16 @@
 """AppWorld (Trivedi et al., ACL 2024): apps driven by Python code cells, with the benchmark
-interface of :mod:`benchmarks.registry`.
+interface of :mod:`g2po_bench.benchmarks.registry`.
 
-Modules (one concept each): :mod:`~benchmarks.appworld.runtime` (the AppWorld interpreter,
-a client of one world-server process with hard time limits), :mod:`~benchmarks.appworld.server`
-(the world server, run under the AppWorld interpreter), :mod:`~benchmarks.appworld.env`
-(the environment), :mod:`~benchmarks.appworld.prompt` (prompt, ``<code>`` extraction, expert
-responses), :mod:`~benchmarks.appworld.synthetic` (small tasks built from the package's own
-app factories), :mod:`~benchmarks.appworld.download` (the data download).
+Modules (one concept each): :mod:`~g2po_bench.benchmarks.appworld.runtime` (the AppWorld interpreter,
+a client of one world-server process with hard time limits), :mod:`~g2po_bench.benchmarks.appworld.server`
+(the world server, run under the AppWorld interpreter), :mod:`~g2po_bench.benchmarks.appworld.env`
+(the environment), :mod:`~g2po_bench.benchmarks.appworld.prompt` (prompt, ``<code>`` extraction, expert
+responses), :mod:`~g2po_bench.benchmarks.appworld.synthetic` (small tasks built from the package's own
+app factories), :mod:`~g2po_bench.benchmarks.appworld.download` (the data download).
 
 Data (``env.data_dir``): a folder holding AppWorld's ``data/`` (what ``appworld download
 data`` writes into its root, i.e. ``$APPWORLD_ROOT``). None = the embedded default: the
-:func:`~benchmarks.appworld.synthetic.smoke_specs` tasks, built once into
+:func:`~g2po_bench.benchmarks.appworld.synthetic.smoke_specs` tasks, built once into
 ``env.appworld_generated_dir`` (about 30 s; the CPU smoke preset ``appworld_cpu``).
 
 Splits: the names of ``data/datasets/<split>.txt`` (official: ``train``, ``dev``,
@@ -32,16 +32,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.appworld.env import AppWorldEnv
-from benchmarks.appworld.prompt import build_prompt, expert_response, parse_response
-from benchmarks.appworld.runtime import (
+from g2po_bench.benchmarks.appworld.env import AppWorldEnv
+from g2po_bench.benchmarks.appworld.prompt import build_prompt, expert_response, parse_response
+from g2po_bench.benchmarks.appworld.runtime import (
     AppWorldDataMissing,
     AppWorldUnavailable,
     check_data_root,
     find_python,
 )
-from benchmarks.appworld.synthetic import ensure_built, load_specs, smoke_specs
-from benchmarks.base import Task
+from g2po_bench.benchmarks.appworld.synthetic import ensure_built, load_specs, smoke_specs
+from g2po_bench.core.protocol import Task
 
 __all__ = [
     "TASK_TYPES",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from benchmarks.appworld.runtime import (
+from g2po_bench.benchmarks.appworld.runtime import (
     AppWorldUnavailable,
     WorldCrashed,
     WorldServer,

@@ -1,6 +1,6 @@
 """The AppWorld environment behind the suite's environment protocol.
 
-One :class:`AppWorldEnv` owns one world-server process (:class:`~benchmarks.appworld.runtime.WorldServer`,
+One :class:`AppWorldEnv` owns one world-server process (:class:`~g2po_bench.benchmarks.appworld.runtime.WorldServer`,
 started on the first reset and reused across episodes) and plays one episode at a time.
 
 Protocol (reference: verl-agent / G2PO ``env_package/appworld/envs.py`` ``AppWorldWorker`` and
@@ -29,7 +29,7 @@ Protocol (reference: verl-agent / G2PO ``env_package/appworld/envs.py`` ``AppWor
   e.g. a catastrophic regular expression the alarm signal cannot interrupt) or that kills the
   server process ends the episode as failed (``info["crashed"]``); the server is killed and a
   fresh one is started at the next reset. This is the suite's rule for crashing
-  environments (:mod:`benchmarks.workers`), stricter than the reference, whose environment
+  environments (:mod:`g2po_bench.benchmarks.workers`), stricter than the reference, whose environment
   servers are restarted by hand.
 """
 
@@ -38,15 +38,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from benchmarks.appworld.runtime import (
+from g2po_bench.benchmarks.appworld.runtime import (
     WorldCrashed,
     WorldServer,
     WorldServerError,
     WorldTimeout,
     find_python,
 )
-from benchmarks.base import Environment, Observation, Task
-from benchmarks.workers import crashed_observation
+from g2po_bench.benchmarks.workers import crashed_observation
+from g2po_bench.core.protocol import Environment, Observation, Task
 
 __all__ = ["AppWorldEnv", "ELLIPSIS_REFUSAL", "TRY_EXCEPT_REFUSAL", "EXECUTION_ERROR", "refusal",
            "first_observation"]
@@ -85,8 +85,8 @@ class AppWorldEnv(Environment):
     """AppWorld tasks in a world-server process (module docstring).
 
     Args:
-        data_root: folder holding ``data/`` (official data or :mod:`~benchmarks.appworld.synthetic` tasks).
-        python: the AppWorld interpreter; None = :func:`~benchmarks.appworld.runtime.find_python`.
+        data_root: folder holding ``data/`` (official data or :mod:`~g2po_bench.benchmarks.appworld.synthetic` tasks).
+        python: the AppWorld interpreter; None = :func:`~g2po_bench.benchmarks.appworld.runtime.find_python`.
         max_interactions: the environment's own step limit (reference default 50).
         timeout_seconds: AppWorld's own per-cell time limit (reference 50); a timed-out cell
             answers AppWorld's "Execution timed out" message and the episode goes on.
@@ -96,7 +96,7 @@ class AppWorldEnv(Environment):
         success_reward: reward of a successful episode (reference 10).
 
     Raises (at the first reset):
-        benchmarks.appworld.runtime.AppWorldUnavailable: no AppWorld interpreter.
+        g2po_bench.benchmarks.appworld.runtime.AppWorldUnavailable: no AppWorld interpreter.
     """
 
     name = "appworld"

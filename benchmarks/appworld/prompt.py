@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.base import Observation
-from benchmarks.parsing import ParsedAction
+from g2po_bench.benchmarks.parsing import ParsedAction
+from g2po_bench.core.protocol import Observation
 
 __all__ = [
     "TEMPLATE",

@@ -6,7 +6,7 @@ stack needs pydantic 2 (DeepSpeed) and psutil 7, so the two cannot share one env
 The worlds therefore run in processes of a separate Python environment where ``appworld``
 is installed (``python -m venv ~/.cache/g2po/appworld-venv && .../bin/pip install
 appworld==0.1.3.post1 && .../bin/appworld install``). Each process is a
-:mod:`benchmarks.appworld.server` holding one world; this module finds the interpreter and
+:mod:`g2po_bench.benchmarks.appworld.server` holding one world; this module finds the interpreter and
 talks to one server with a hard per-request time limit (a hanging or crashing cell kills
 the process, never the caller).
 
@@ -159,7 +159,7 @@ def _sweep_stale_logs() -> None:
 
 
 class WorldServer:
-    """One :mod:`benchmarks.appworld.server` process (one world at a time).
+    """One :mod:`g2po_bench.benchmarks.appworld.server` process (one world at a time).
 
     Args:
         python: the AppWorld interpreter (:func:`find_python`).

@@ -1,7 +1,7 @@
 """The AppWorld world server: one process that holds at most one AppWorld world at a time.
 
 This file runs under the *AppWorld interpreter* (a separate Python environment where the
-``appworld`` package is installed; see :mod:`benchmarks.appworld.runtime`), never inside the
+``appworld`` package is installed; see :mod:`g2po_bench.benchmarks.appworld.runtime`), never inside the
 suite's own process: ``appworld`` pins pydantic < 2, which the suite's OpenRLHF/DeepSpeed
 stack cannot share. It therefore imports only the standard library and ``appworld``, and
 must not import anything from this repository.

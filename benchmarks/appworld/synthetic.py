@@ -3,7 +3,7 @@
 AppWorld's task data cannot be shipped (its licence forbids re-hosting it in plain text), but
 the ``appworld`` package builds the apps' databases with its own factories. A *task spec*
 (a JSON-able dict) describes one small task in the SimpleNote app; the world server's
-``build`` request (:mod:`benchmarks.appworld.server`) turns specs into a regular AppWorld
+``build`` request (:mod:`g2po_bench.benchmarks.appworld.server`) turns specs into a regular AppWorld
 data folder (``data/tasks/<id>/{specs.json, dbs/, ground_truth/}``,
 ``data/datasets/<split>.txt``, ``data/api_docs``), which the real ``AppWorld`` class then
 loads, executes and evaluates exactly as it does the official tasks. Tests define their own
@@ -169,9 +169,9 @@ def build_tasks(root: str | os.PathLike[str], specs: list[dict[str, Any]], pytho
 
     Raises:
         ValueError: a spec without the required keys or with a bad task id.
-        benchmarks.appworld.runtime.WorldServerError: the package rejected a spec.
+        g2po_bench.benchmarks.appworld.runtime.WorldServerError: the package rejected a spec.
     """
-    from benchmarks.appworld.runtime import WorldServer
+    from g2po_bench.benchmarks.appworld.runtime import WorldServer
 
     need = ("task_id", "split", "instruction", "requirements", "evaluation")
     for spec in specs:

@@ -1,20 +1,20 @@
 """Policy backends beyond the local transformers one.
 
-- :class:`~benchmarks.policies.openai.OpenAIPolicy`: any OpenAI-compatible chat-completions
+- :class:`~g2po_bench.benchmarks.policies.openai.OpenAIPolicy`: any OpenAI-compatible chat-completions
   endpoint (``httpx``; retries, backoff, timeouts, rate limits, clear auth/connection errors);
-- :class:`~benchmarks.policies.vllm.VLLMPolicy`: an in-process vLLM engine (optional GPU
+- :class:`~g2po_bench.benchmarks.policies.vllm.VLLMPolicy`: an in-process vLLM engine (optional GPU
   extra, imported lazily inside the class);
-- :class:`~benchmarks.policies.meter.MeteredPolicy`: token/time accounting around any policy.
+- :class:`~g2po_bench.benchmarks.policies.meter.MeteredPolicy`: token/time accounting around any policy.
 
 The local transformers policy lives with its trainer
-(:class:`algorithms.backends.local.policy.LocalPolicy`); the factory that builds any of the
-three by name is :func:`baselines.policies.make_policy` (benchmarks never import the
+(:class:`g2po_bench.algorithms.backends.local.policy.LocalPolicy`); the factory that builds any of the
+three by name is :func:`g2po_bench.baselines.policies.make_policy` (benchmarks never import the
 algorithms' backends, DESIGN.md "Rules of the house"). All implement
-:class:`benchmarks.policy.Policy`.
+:class:`g2po_bench.benchmarks.policy.Policy`.
 """
 
-from benchmarks.policies.meter import MeteredPolicy
-from benchmarks.policies.openai import (
+from g2po_bench.benchmarks.policies.meter import MeteredPolicy
+from g2po_bench.benchmarks.policies.openai import (
     OpenAIPolicy,
     PolicyAuthError,
     PolicyConnectionError,
@@ -24,7 +24,7 @@ from benchmarks.policies.openai import (
     PolicyServerError,
     PolicyTimeoutError,
 )
-from benchmarks.policies.vllm import VLLMPolicy
+from g2po_bench.benchmarks.policies.vllm import VLLMPolicy
 
 __all__ = [
     "MeteredPolicy",

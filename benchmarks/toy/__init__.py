@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-from benchmarks.base import Environment, Observation, Task
+from g2po_bench.core.protocol import Environment, Observation, Task
 
 __all__ = ["CorridorEnv", "load_tasks", "make_env", "build_prompt", "expert_actions",
            "expert_detour", "expert_response", "TASK_TYPES"]

@@ -1,17 +1,17 @@
 """WebShop (Yao et al., NeurIPS 2022): a faithful text-mode reimplementation on real or
-synthetic products, with the benchmark interface of :mod:`benchmarks.registry`.
+synthetic products, with the benchmark interface of :mod:`g2po_bench.benchmarks.registry`.
 
-Modules (one concept each): :mod:`~benchmarks.webshop.products` (product records and
-loaders), :mod:`~benchmarks.webshop.goals` (goals, prices, shuffle, splits),
-:mod:`~benchmarks.webshop.catalog` (data sources, per-process catalogue),
-:mod:`~benchmarks.webshop.search` (bm25s search, caches), :mod:`~benchmarks.webshop.pages`
-(page text), :mod:`~benchmarks.webshop.reward` and :mod:`~benchmarks.webshop.nouns` (the
-purchase reward), :mod:`~benchmarks.webshop.env` (the environment),
-:mod:`~benchmarks.webshop.prompt` (prompt, expert responses), :mod:`~benchmarks.webshop.expert`
-(scripted expert), :mod:`~benchmarks.webshop.synthetic` (embedded default catalogue),
-:mod:`~benchmarks.webshop.download` (user data download), :mod:`~benchmarks.webshop.bench`.
+Modules (one concept each): :mod:`~g2po_bench.benchmarks.webshop.products` (product records and
+loaders), :mod:`~g2po_bench.benchmarks.webshop.goals` (goals, prices, shuffle, splits),
+:mod:`~g2po_bench.benchmarks.webshop.catalog` (data sources, per-process catalogue),
+:mod:`~g2po_bench.benchmarks.webshop.search` (bm25s search, caches), :mod:`~g2po_bench.benchmarks.webshop.pages`
+(page text), :mod:`~g2po_bench.benchmarks.webshop.reward` and :mod:`~g2po_bench.benchmarks.webshop.nouns` (the
+purchase reward), :mod:`~g2po_bench.benchmarks.webshop.env` (the environment),
+:mod:`~g2po_bench.benchmarks.webshop.prompt` (prompt, expert responses), :mod:`~g2po_bench.benchmarks.webshop.expert`
+(scripted expert), :mod:`~g2po_bench.benchmarks.webshop.synthetic` (embedded default catalogue),
+:mod:`~g2po_bench.benchmarks.webshop.download` (user data download), :mod:`~g2po_bench.benchmarks.webshop.bench`.
 
-Splits (``env.train_split`` / ``env.eval_split``; :mod:`~benchmarks.webshop.goals`):
+Splits (``env.train_split`` / ``env.eval_split``; :mod:`~g2po_bench.benchmarks.webshop.goals`):
 ``test`` = shuffled goals 0-499, ``eval`` = 500-1499, ``train`` = 1500+, ``trainval`` =
 500+ (what verl-agent/G2PO train on), ``all``; ``valid_seen``/``valid_unseen`` are aliases
 of ``test`` and ``valid_train`` of ``eval``; prefix ``human_`` for human goals. In the
@@ -26,19 +26,19 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from benchmarks.base import Task, state_key_rule
-from benchmarks.webshop.catalog import (
+from g2po_bench.benchmarks.webshop.catalog import (
     Catalog,
     DataSource,
     default_cache_root,
     get_catalog,
     resolve_source,
 )
-from benchmarks.webshop.env import WebShopEnv
-from benchmarks.webshop.expert import expert_actions
-from benchmarks.webshop.goals import Goal
-from benchmarks.webshop.nouns import DEFAULT_NOUN_EXTRACTOR
-from benchmarks.webshop.prompt import build_prompt, expert_response
+from g2po_bench.benchmarks.webshop.env import WebShopEnv
+from g2po_bench.benchmarks.webshop.expert import expert_actions
+from g2po_bench.benchmarks.webshop.goals import Goal
+from g2po_bench.benchmarks.webshop.nouns import DEFAULT_NOUN_EXTRACTOR
+from g2po_bench.benchmarks.webshop.prompt import build_prompt, expert_response
+from g2po_bench.core.protocol import Task, state_key_rule
 
 __all__ = [
     "TASK_TYPES",
@@ -66,7 +66,7 @@ def source_for(cfg: Any) -> DataSource:
     ``generated_seed``/``generated_eval_games``/``generated_train_games``).
 
     Raises:
-        benchmarks.webshop.products.ProductDataError: no product file where ``data_dir`` points.
+        g2po_bench.benchmarks.webshop.products.ProductDataError: no product file where ``data_dir`` points.
     """
     return resolve_source(
         getattr(cfg, "data_dir", None),
@@ -97,7 +97,7 @@ def load_tasks(cfg: Any, split: str) -> list[Task]:
 
     Raises:
         ValueError: unknown split, or ``task_types`` without ``webshop``.
-        benchmarks.webshop.products.ProductDataError: missing data (names the download command).
+        g2po_bench.benchmarks.webshop.products.ProductDataError: missing data (names the download command).
     """
     types = list(getattr(cfg, "task_types", None) or [])
     if types and "webshop" not in types:

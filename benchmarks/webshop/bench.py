@@ -1,10 +1,10 @@
-"""WebShop speed and search-fidelity figures: ``python -m benchmarks.webshop.bench``.
+"""WebShop speed and search-fidelity figures: ``python -m g2po_bench.benchmarks.webshop.bench``.
 
 Prints: catalogue load time; index build time (cold, no disk cache) and load time (from
 the disk cache); search latency over goal instructions (mean, median, 95th percentile);
 environment steps per second (the scripted expert played through the environment, in
 ``text`` and ``text_rich`` modes); top-1 (and top-10 set) agreement of the bm25s search
-with the brute-force Lucene BM25 of :class:`~benchmarks.webshop.search.BruteForceBM25` on
+with the brute-force Lucene BM25 of :class:`~g2po_bench.benchmarks.webshop.search.BruteForceBM25` on
 100 goal instructions; the expert's success on one goal per goal product.
 
 Options: ``--data-dir DIR`` (default: ``$G2PO_SHARED_DATA/webshop`` or
@@ -23,11 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.webshop import source_for, task_for_goal
-from benchmarks.webshop.catalog import Catalog, resolve_source
-from benchmarks.webshop.env import WebShopEnv
-from benchmarks.webshop.expert import play_expert
-from benchmarks.webshop.search import BruteForceBM25, SearchEngine
+from g2po_bench.benchmarks.webshop import source_for, task_for_goal
+from g2po_bench.benchmarks.webshop.catalog import Catalog, resolve_source
+from g2po_bench.benchmarks.webshop.env import WebShopEnv
+from g2po_bench.benchmarks.webshop.expert import play_expert
+from g2po_bench.benchmarks.webshop.search import BruteForceBM25, SearchEngine
 
 __all__ = ["main", "default_data_dir"]
 
@@ -61,7 +61,7 @@ def _queries(cat: Catalog, n: int) -> list[str]:
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Run the benchmark; ``argv`` None means no options (the ``g2po bench webshop`` call, which
     passes ``prog`` for its usage line)."""
-    ap = argparse.ArgumentParser(prog=prog or "python -m benchmarks.webshop.bench",
+    ap = argparse.ArgumentParser(prog=prog or "python -m g2po_bench.benchmarks.webshop.bench",
                                  description="WebShop speed and search-fidelity figures: catalogue load, index "
                                  "build and load, search latency, environment steps per second, agreement of "
                                  "the bm25s search with brute-force BM25, the scripted expert's success.")
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     data_dir = None if args.synthetic else (args.data_dir or default_data_dir())
     with tempfile.TemporaryDirectory() as tmp:
         if data_dir is None:
-            from g2po.config import EnvConfig
+            from g2po_bench.core.config import EnvConfig
 
             source = source_for(EnvConfig(name="webshop", generated_dir=str(Path(tmp) / "alfworld")))
         else:

@@ -3,7 +3,7 @@ built from it once per process.
 
 Data sources (:func:`resolve_source`), ``env.data_dir`` being:
 
-- ``None``: the synthetic catalogue (:mod:`benchmarks.webshop.synthetic`), generated on
+- ``None``: the synthetic catalogue (:mod:`g2po_bench.benchmarks.webshop.synthetic`), generated on
   first use under ``<parent of env.generated_dir>/webshop_generated`` (by default
   ``results/cache/webshop_generated``; ``env.generated_dir`` itself belongs to ALFWorld).
 - a folder; the first of these layouts that exists is used:
@@ -30,9 +30,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.loading import require_at_least
-from benchmarks.webshop.goals import ORIGINAL_SPLITS, SPLIT_ALIASES, Goal, build_goals, split_range
-from benchmarks.webshop.products import (
+from g2po_bench.benchmarks.loading import require_at_least
+from g2po_bench.benchmarks.webshop.goals import (
+    ORIGINAL_SPLITS,
+    SPLIT_ALIASES,
+    Goal,
+    build_goals,
+    split_range,
+)
+from g2po_bench.benchmarks.webshop.products import (
     Product,
     ProductDataError,
     apply_attributes,
@@ -42,7 +48,7 @@ from benchmarks.webshop.products import (
     load_raw_products,
     search_text,
 )
-from benchmarks.webshop.search import SearchEngine, get_search_engine
+from g2po_bench.benchmarks.webshop.search import SearchEngine, get_search_engine
 
 __all__ = ["DataSource", "Catalog", "resolve_source", "get_catalog", "default_cache_root"]
 
@@ -122,7 +128,7 @@ def resolve_source(
         ProductDataError: no known product file, with what was looked for.
     """
     if data_dir is None:
-        from benchmarks.webshop.synthetic import ensure_generated
+        from g2po_bench.benchmarks.webshop.synthetic import ensure_generated
 
         folder = ensure_generated(default_cache_root(generated_dir) / "webshop_generated", seed=seed,
                                   n_eval=n_eval, n_train=n_train).resolve()
@@ -211,7 +217,7 @@ class Catalog:
 
         Raises:
             ValueError: unknown split name.
-            benchmarks.loading.SplitTooSmallError: the split is cut short or emptied because the
+            g2po_bench.benchmarks.loading.SplitTooSmallError: the split is cut short or emptied because the
                 catalogue has fewer goals than the split's bounds (e.g. ``eval`` = goals
                 500..1500 on a 100-product catalogue), never a silently smaller split.
         """

@@ -12,7 +12,7 @@ cache folder; a later call verifies existing files against that record instead o
 downloading again. Offline, or when Google Drive refuses, :class:`DataDownloadError` says
 which file failed, why, and how to get it by hand.
 
-Command line: ``python -m benchmarks.webshop.download [DEST] [--full]`` (also ``g2po data
+Command line: ``python -m g2po_bench.benchmarks.webshop.download [DEST] [--full]`` (also ``g2po data
 download webshop``).
 """
 
@@ -159,7 +159,7 @@ def download_webshop(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m benchmarks.webshop.download [DEST] [--full]``."""
+    """``python -m g2po_bench.benchmarks.webshop.download [DEST] [--full]``."""
     args = list(sys.argv[1:] if argv is None else argv)
     full = "--full" in args
     args = [a for a in args if a != "--full"]

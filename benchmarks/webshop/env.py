@@ -5,7 +5,7 @@ at the start; the argument is lowercased):
 
 - ``search[query]`` from **any** page (the original does not check for a search bar): runs
   the search and shows results page 1; the chosen product and options are cleared.
-- ``click[x]`` where ``x`` is a clickable of the current page (:mod:`benchmarks.webshop.pages`)
+- ``click[x]`` where ``x`` is a clickable of the current page (:mod:`g2po_bench.benchmarks.webshop.pages`)
   other than ``search``: ``back to search`` (start page; clears keywords, product, options
   and the opened-ASIN set), ``next >`` / ``< prev`` on results (page +-1; ``next >`` is
   always offered, even past the last hit), ``< prev`` on a sub-page (back to the item page,
@@ -29,7 +29,7 @@ instruction as shown on the page (stripped: verl-agent reads it from the observa
 ``["search[<your query>]"]`` when the page has a search bar, then ``click[c]`` for every
 clickable ``c`` (on the start page that includes ``click[search]``, which the env refuses,
 as the original); ``state_key`` = the page text after the instruction as verl-agent's
-``format_obs`` writes it (``state_key="reference"``; :func:`benchmarks.webshop.prompt.format_observation`)
+``format_obs`` writes it (``state_key="reference"``; :func:`g2po_bench.benchmarks.webshop.prompt.format_observation`)
 or the full observation (``state_key="raw"``); ``reward`` = the purchase reward in [0, 1]
 on ``buy now`` else 0; ``won`` = done and reward == 1.0; ``info``: ``page``, ``valid``,
 and on purchase ``score`` (reward x 100), ``task_score`` (reward), ``asin``, ``options``,
@@ -45,11 +45,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.base import Environment, Observation, Task
-from benchmarks.webshop.catalog import Catalog, DataSource, get_catalog
-from benchmarks.webshop.goals import Goal
-from benchmarks.webshop.nouns import DEFAULT_NOUN_EXTRACTOR, noun_extractor_name
-from benchmarks.webshop.pages import (
+from g2po_bench.benchmarks.webshop.catalog import Catalog, DataSource, get_catalog
+from g2po_bench.benchmarks.webshop.goals import Goal
+from g2po_bench.benchmarks.webshop.nouns import DEFAULT_NOUN_EXTRACTOR, noun_extractor_name
+from g2po_bench.benchmarks.webshop.pages import (
     SUB_PAGES,
     Page,
     done_page,
@@ -60,9 +59,10 @@ from benchmarks.webshop.pages import (
     to_text,
     to_text_rich,
 )
-from benchmarks.webshop.prompt import format_observation
-from benchmarks.webshop.reward import REWARD_MODES, purchase_reward
-from benchmarks.webshop.search import PRODUCT_WINDOW, SEARCH_RETURN_N
+from g2po_bench.benchmarks.webshop.prompt import format_observation
+from g2po_bench.benchmarks.webshop.reward import REWARD_MODES, purchase_reward
+from g2po_bench.benchmarks.webshop.search import PRODUCT_WINDOW, SEARCH_RETURN_N
+from g2po_bench.core.protocol import Environment, Observation, Task
 
 __all__ = ["WebShopEnv", "parse_action", "OBSERVATION_MODES", "STATE_KEYS", "SEARCH_PLACEHOLDER"]
 
@@ -93,9 +93,9 @@ class WebShopEnv(Environment):
         observation_mode: ``text`` or ``text_rich``.
         state_key: ``reference`` or ``raw``.
         reward_mode: ``original`` (the reference reward, default) or ``lenient``
-            (:mod:`benchmarks.webshop.reward`; ``env.webshop_reward``).
+            (:mod:`g2po_bench.benchmarks.webshop.reward`; ``env.webshop_reward``).
         nouns: the noun extractor of the reward's type term (``env.webshop_nouns``;
-            :mod:`benchmarks.webshop.nouns`), checked on construction.
+            :mod:`g2po_bench.benchmarks.webshop.nouns`), checked on construction.
         cache_root: folder for the search-index cache (``<cache_root>/webshop_index``).
         catalog: an already loaded catalogue (tests, benchmarks).
         source_factory: a picklable callable returning the :class:`DataSource`, called on
@@ -103,7 +103,7 @@ class WebShopEnv(Environment):
 
     Raises:
         ValueError: unknown observation mode, state key or reward mode.
-        benchmarks.webshop.nouns.NounExtractorError: the noun extractor is not installed.
+        g2po_bench.benchmarks.webshop.nouns.NounExtractorError: the noun extractor is not installed.
     """
 
     name = "webshop"
@@ -167,7 +167,7 @@ class WebShopEnv(Environment):
     # ------------------------------------------------------------------ protocol
     def reset(self, task: Task) -> Observation:
         """Start the episode of a WebShop task (``task.payload``: a goal dict plus
-        ``source``, as made by :func:`benchmarks.webshop.load_tasks`).
+        ``source``, as made by :func:`g2po_bench.benchmarks.webshop.load_tasks`).
 
         Raises:
             ValueError: the payload is not a WebShop goal, or its product is not in the catalogue.

@@ -22,11 +22,11 @@ from typing import Any
 
 from thefuzz import fuzz
 
-from benchmarks.base import Observation, Task
-from benchmarks.webshop.catalog import Catalog, DataSource, get_catalog
-from benchmarks.webshop.env import WebShopEnv
-from benchmarks.webshop.goals import Goal
-from benchmarks.webshop.search import PRODUCT_WINDOW, SEARCH_RETURN_N
+from g2po_bench.benchmarks.webshop.catalog import Catalog, DataSource, get_catalog
+from g2po_bench.benchmarks.webshop.env import WebShopEnv
+from g2po_bench.benchmarks.webshop.goals import Goal
+from g2po_bench.benchmarks.webshop.search import PRODUCT_WINDOW, SEARCH_RETURN_N
+from g2po_bench.core.protocol import Observation, Task
 
 __all__ = ["ExpertResult", "plan_query", "play_expert", "expert_actions"]
 

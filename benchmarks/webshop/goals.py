@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from benchmarks.webshop.products import Product
+from g2po_bench.benchmarks.webshop.products import Product
 
 __all__ = [
     "Goal",

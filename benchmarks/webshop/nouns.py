@@ -4,7 +4,7 @@ The reference (WebShop's ``engine/goal.py`` as verl-agent and the G2PO repositor
 tags both product titles with spaCy's ``en_core_web_sm`` and keeps the lowercased text of
 tokens whose part-of-speech tag is NOUN or PROPN (its tuple also names ``PNOUN``, which
 spaCy never produces); the title score is the share of the goal title's nouns found among
-the purchased title's nouns (:mod:`benchmarks.webshop.reward`). The original WebShop
+the purchased title's nouns (:mod:`g2po_bench.benchmarks.webshop.reward`). The original WebShop
 repository loads ``en_core_web_lg`` instead.
 
 The extractor is chosen by the run config (``env.webshop_nouns``), never silently:

@@ -41,7 +41,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from benchmarks.webshop.products import Product
+from g2po_bench.benchmarks.webshop.products import Product
 
 __all__ = [
     "Node",

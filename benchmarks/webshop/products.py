@@ -34,7 +34,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from benchmarks.loading import warn_skipped
+from g2po_bench.benchmarks.loading import warn_skipped
 
 __all__ = [
     "Product",
@@ -268,7 +268,7 @@ def load_documents(path: str | Path) -> tuple[list[Product], list[str]]:
     Returns:
         (products in file order without repeated ASINs, their ``contents`` search texts); a
         document dropped for a repeated ASIN is named in a
-        :class:`benchmarks.loading.DataLoadWarning`.
+        :class:`g2po_bench.benchmarks.loading.DataLoadWarning`.
 
     Raises:
         ProductDataError: missing file or malformed line.
@@ -291,7 +291,7 @@ def load_documents(path: str | Path) -> tuple[list[Product], list[str]]:
 def load_raw_products(path: str | Path, num_products: int | None = None) -> list[Product]:
     """Load a raw ``items_shuffle*.json`` (a JSON list), first ``num_products`` records only
     when given (the original's ``num_products``; the file is pre-shuffled). Records dropped
-    (no usable ASIN, a repeated ASIN) are named in a :class:`benchmarks.loading.DataLoadWarning`.
+    (no usable ASIN, a repeated ASIN) are named in a :class:`g2po_bench.benchmarks.loading.DataLoadWarning`.
 
     Raises:
         ProductDataError: missing file, invalid JSON, or not a list.

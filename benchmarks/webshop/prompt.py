@@ -14,7 +14,7 @@ Facts (verl-agent ``WebshopEnvironmentManager`` and ``prompts/webshop.py``, as u
   steps already taken and the current step number. A prompt longer than 13,000 characters
   falls back to the template without history.
 - The model answers ``<think>...</think><action>...</action>``; the action is parsed with
-  :func:`benchmarks.parsing.parse_response` with the ``webshop`` projection (the package's
+  :func:`g2po_bench.benchmarks.parsing.parse_response` with the ``webshop`` projection (the package's
   ``PROJECTION``; 20-character fallback): verl-agent lowercases the whole response, and the
   environment lowercases the action argument anyway (option values are stored lowercase),
   so lowercasing loses nothing.
@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.base import Observation
+from g2po_bench.core.protocol import Observation
 
 __all__ = [
     "TEMPLATE",
@@ -109,7 +109,7 @@ def build_prompt(
         obs: the current observation.
         history: the earlier (observation, action) pairs of the episode, oldest first (at
             least the last ``history_length``); an observation may be an
-            :class:`~benchmarks.base.Observation` or its raw ``text`` (formatted here).
+            :class:`~g2po_bench.core.protocol.Observation` or its raw ``text`` (formatted here).
         step: number of actions already taken (0 at the first step).
         history_length: pairs to show (verl-agent default 2; 0 = no history).
         style: only ``"reference"`` (WebShop has no compact prompt).

@@ -10,7 +10,7 @@ purchase price are scored against the goal G::
 - **r_type** (type term): ``query_match`` = P.query == G.query; ``category_match`` = the
   ``" › "``-separated paths of P and G share at least 2 elements (as sets, stripped);
   ``title_score`` = |nouns(P.name) ∩ nouns(G.name)| / |nouns(G.name)| (as sets over the
-  lists; 0.2 when G's title has no nouns; nouns: :mod:`benchmarks.webshop.nouns`, spaCy
+  lists; 0.2 when G's title has no nouns; nouns: :mod:`g2po_bench.benchmarks.webshop.nouns`, spaCy
   ``en_core_web_sm`` by default). r_type = 1.0; 0.5 if neither query_match, category_match
   nor title_score > 0.2; then 0.1 if title_score < 0.1; then 0.0 if title_score == 0.
 - **n_attr**: goal attributes matched: ``thefuzz.fuzz.token_set_ratio`` > 85 with one of
@@ -45,9 +45,13 @@ from typing import Any
 
 from thefuzz import fuzz
 
-from benchmarks.webshop.goals import Goal
-from benchmarks.webshop.nouns import DEFAULT_NOUN_EXTRACTOR, noun_extractor_name, title_nouns
-from benchmarks.webshop.products import Product
+from g2po_bench.benchmarks.webshop.goals import Goal
+from g2po_bench.benchmarks.webshop.nouns import (
+    DEFAULT_NOUN_EXTRACTOR,
+    noun_extractor_name,
+    title_nouns,
+)
+from g2po_bench.benchmarks.webshop.products import Product
 
 __all__ = [
     "COLOR_SET",
@@ -102,7 +106,7 @@ def type_reward(product: Product, goal: Goal, nouns: str = DEFAULT_NOUN_EXTRACTO
     Returns ``r_type``, ``query_match``, ``category_match``, ``title_score``.
 
     Raises:
-        benchmarks.webshop.nouns.NounExtractorError: the spaCy model is not installed.
+        g2po_bench.benchmarks.webshop.nouns.NounExtractorError: the spaCy model is not installed.
     """
     query_match = product.query == goal.query
     category_match = len(_category_path(product.product_category) & _category_path(goal.product_category)) >= 2
@@ -218,7 +222,7 @@ def purchase_reward(
 
     Raises:
         ValueError: unknown ``mode``.
-        benchmarks.webshop.nouns.NounExtractorError: the spaCy model is not installed.
+        g2po_bench.benchmarks.webshop.nouns.NounExtractorError: the spaCy model is not installed.
     """
     if mode not in REWARD_MODES:
         raise ValueError(f"unknown WebShop reward mode {mode!r}; choose original or lenient")

@@ -2,7 +2,7 @@
 
 The original WebShop searches a Lucene index (pyserini) of the documents' ``contents``
 (Title + Description + first bullet point + options, lowercased; see
-:func:`benchmarks.webshop.products.search_text`) and shows the top 50 hits, 10 a page.
+:func:`g2po_bench.benchmarks.webshop.products.search_text`) and shows the top 50 hits, 10 a page.
 Here: ``bm25s`` with the Lucene scoring variant, k1 = 0.9, b = 0.4 (pyserini's defaults)
 and Lucene's 33 English stop words; ENVIRONMENTS.md reports that these settings agree with
 real Lucene on the top result of 94.6 % of 112 test queries (99.6 % of the top 10).

@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.webshop.products import Product, search_text
+from g2po_bench.benchmarks.webshop.products import Product, search_text
 
 __all__ = ["GENERATOR_VERSION", "generate_catalogue", "write_catalogue", "ensure_generated"]
 

@@ -1,10 +1,10 @@
 """Local transformers policy: batched generation and token log-probabilities.
 
-Implements :class:`benchmarks.policy.Policy` for a causal LM held in this process (CPU or one
+Implements :class:`g2po_bench.benchmarks.policy.Policy` for a causal LM held in this process (CPU or one
 GPU). Log-probabilities for training are computed from raw logits in a separate forward pass
 (:func:`response_logprobs`), never from the processed scores of ``generate`` (ENVIRONMENTS.md
 pitfall), with explicit ``position_ids`` for left-padded batches. Sampler and scorer share one
-sampling definition (:class:`algorithms.backends.local.sampling.SamplingParams`): ``generate``
+sampling definition (:class:`g2po_bench.algorithms.backends.local.sampling.SamplingParams`): ``generate``
 gets an explicit config (the model's ``generation_config.json`` switches nothing on) and the
 scorer applies the same warpers, so the sampler's own log-probs (recorded in
 ``Generation.logprobs``) equal the trainer's old log-probs.
@@ -22,9 +22,9 @@ from collections.abc import Sequence
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from algorithms.backends.local.precision import autocast
-from algorithms.backends.local.sampling import SampledLogprobs, SamplingParams
-from benchmarks.policy import Generation
+from g2po_bench.algorithms.backends.local.precision import autocast
+from g2po_bench.algorithms.backends.local.sampling import SampledLogprobs, SamplingParams
+from g2po_bench.benchmarks.policy import Generation
 
 __all__ = ["LocalPolicy", "plan_batches", "pack_sequences", "response_logprobs"]
 
@@ -63,7 +63,7 @@ def plan_batches(lengths: Sequence[int], max_new_tokens: int, *, max_rows: int =
 
 
 class LocalPolicy:
-    """A :class:`benchmarks.policy.Policy` over a local ``transformers`` causal LM.
+    """A :class:`g2po_bench.benchmarks.policy.Policy` over a local ``transformers`` causal LM.
 
     Args:
         model: a causal LM (``AutoModelForCausalLM``); generation runs under ``no_grad``.
@@ -136,7 +136,7 @@ class LocalPolicy:
     @torch.no_grad()
     def generate(self, prompts: list[str], *, temperature: float, max_new_tokens: int,
                  top_p: float = 1.0, seed: int | None = None) -> list[Generation]:
-        """Sample one response per prompt (see :class:`benchmarks.policy.Policy`).
+        """Sample one response per prompt (see :class:`g2po_bench.benchmarks.policy.Policy`).
 
         Every :class:`Generation` carries ``logprobs``: the log-probability of each response
         token under the distribution it was sampled from (:class:`SampledLogprobs`; None for
@@ -251,7 +251,7 @@ def response_logprobs(model, packed: dict[str, torch.Tensor], *, temperature: fl
     logits with their own forward (``logits_to_keep``), then the log-softmax in chunks.
 
     Args:
-        model: causal LM (run it under :func:`algorithms.backends.local.precision.autocast`
+        model: causal LM (run it under :func:`g2po_bench.algorithms.backends.local.precision.autocast`
             for mixed precision); may sit on another device than ``packed`` (the inputs are
             moved to it; the outputs stay on the model's device).
         packed: output of :func:`pack_sequences`.

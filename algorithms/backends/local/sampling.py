@@ -17,7 +17,7 @@ disagreed from the first step. Here:
   ``TopPLogitsWarper``), passed to ``generate`` as its only processors.
 - :meth:`SamplingParams.rescore` applies the same processors to the logits of a scoring
   forward pass, so the trainer's old log-probs are log-probs of the sampled distribution.
-  Training requires top-p 1 and top-k 0 (``g2po.config`` refuses others): with truncation a
+  Training requires top-p 1 and top-k 0 (``g2po_bench.core.config`` refuses others): with truncation a
   token outside the *current* policy's nucleus would get log-prob -inf in the update.
 - :class:`SampledLogprobs` records, inside ``generate``, the log-probability of every sampled
   token under the final processed scores (what ``generate`` sampled from), without keeping a

@@ -3,8 +3,8 @@
 One iteration (ALGORITHMS.md "Training loop facts"; verl-agent's step-level PPO loop):
 
 1. **Rollout**: ``groups_per_batch`` training tasks x ``group_size`` rollouts, sampled at
-   ``train.temperature`` (:func:`benchmarks.rollout.collect_rollouts`).
-2. **Advantages**: the configured estimator on the StepBatch (:mod:`algorithms.registry`);
+   ``train.temperature`` (:func:`g2po_bench.benchmarks.rollout.collect_rollouts`).
+2. **Advantages**: the configured estimator on the StepBatch (:mod:`g2po_bench.algorithms.registry`);
    PPO also runs the critic for V(s_t).
 3. **Old and reference log-probs**: forward passes without gradient (the old ones are the sampler's
    own with ``train.old_logprobs=sampler``, the float32 default).
@@ -13,12 +13,12 @@ One iteration (ALGORITHMS.md "Training loop facts"; verl-agent's step-level PPO 
    token-mean over the mini-batch, gradient clipping; environment text never enters the
    loss (only response tokens are scored).
 
-Precision and memory (:mod:`algorithms.backends.local.precision`): the policy and critic keep
+Precision and memory (:mod:`g2po_bench.algorithms.backends.local.precision`): the policy and critic keep
 float32 master weights, gradients and AdamW state; ``model.dtype=bfloat16`` runs their forward
 passes under autocast; the frozen reference is a copy in ``model.dtype`` on ``train.ref_device``;
 ``train.gradient_checkpointing`` recomputes layer activations; log-probs are computed over
-response positions only, in chunks (:func:`algorithms.backends.local.policy.response_logprobs`).
-Sampling and rescoring share one definition (:mod:`algorithms.backends.local.sampling`),
+response positions only, in chunks (:func:`g2po_bench.algorithms.backends.local.policy.response_logprobs`).
+Sampling and rescoring share one definition (:mod:`g2po_bench.algorithms.backends.local.sampling`),
 recorded in ``sampling.json``; the sampler's own log-probs are compared with the old log-probs
 every iteration (``train/sampler_logprob_gap``). With ``train.old_logprobs=sampler`` (the float32
 default) the sampler's log-probs *are* the old log-probs (no forward pass of the policy before the
@@ -31,11 +31,11 @@ trainer state) is written atomically every ``train.checkpoint_every`` iterations
 ``resume=true`` continues from it and loses at most the iterations since.
 
 Signals (SIGTERM, SIGINT, the preemption signal SIGUSR2): the policy of
-:mod:`benchmarks.shutdown`: the iteration in flight is abandoned without being recorded (or
+:mod:`g2po_bench.benchmarks.shutdown`: the iteration in flight is abandoned without being recorded (or
 finished, when its rollouts were complete), the last complete iteration is checkpointed if it
 is not yet, ``status.json`` says ``interrupted`` and the process exits with ``128 + signal``
 (or Submitit requeues the job). An iteration where most episodes crashed
-(:mod:`results.crashes`) is rolled out again after restarting the environment workers, at most
+(:mod:`g2po_bench.core.crashes`) is rolled out again after restarting the environment workers, at most
 ``train.crash_retries`` times; then the run fails with the reason.
 """
 
@@ -53,8 +53,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from algorithms import losses
-from algorithms.backends.common import (
+from g2po_bench.algorithms import losses
+from g2po_bench.algorithms.backends.common import (
     TruncationWarnings,
     at_train_temperature,
     eval_metrics,
@@ -70,21 +70,33 @@ from algorithms.backends.common import (
     train_temperature_eval_due,
     training_rollouts,
 )
-from algorithms.backends.local.memory import enable_checkpointing, peak_memory_gb, reset_peak_memory
-from algorithms.backends.local.model import load_model_and_tokenizer, resolve_device
-from algorithms.backends.local.policy import LocalPolicy, pack_sequences, response_logprobs
-from algorithms.backends.local.precision import autocast, check_master_weights, compute_dtype
-from algorithms.backends.local.sampling import SamplingParams, model_generation_overrides
-from algorithms.backends.local.value import ValueModel
-from algorithms.backends.local.warm_start import ensure_warm_start
-from algorithms.backends.progress import RunProgress, format_rate_ci
-from benchmarks.registry import get_benchmark
-from benchmarks.rollout import RolloutBatch
-from benchmarks.shutdown import GracefulShutdown, ShutdownRequested, check_stop
-from benchmarks.workers import EnvPool
-from g2po.config import RunConfig, config_to_yaml, resolve_run_id
-from results.crashes import CRASHED_HEAVY_FRACTION, is_crashed_heavy
-from results.rundir import RunDir, atomic_write_json, atomic_write_text
+from g2po_bench.algorithms.backends.local.memory import (
+    enable_checkpointing,
+    peak_memory_gb,
+    reset_peak_memory,
+)
+from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer, resolve_device
+from g2po_bench.algorithms.backends.local.policy import (
+    LocalPolicy,
+    pack_sequences,
+    response_logprobs,
+)
+from g2po_bench.algorithms.backends.local.precision import (
+    autocast,
+    check_master_weights,
+    compute_dtype,
+)
+from g2po_bench.algorithms.backends.local.sampling import SamplingParams, model_generation_overrides
+from g2po_bench.algorithms.backends.local.value import ValueModel
+from g2po_bench.algorithms.backends.local.warm_start import ensure_warm_start
+from g2po_bench.algorithms.backends.progress import RunProgress, format_rate_ci
+from g2po_bench.benchmarks.registry import get_benchmark
+from g2po_bench.benchmarks.rollout import RolloutBatch
+from g2po_bench.benchmarks.shutdown import GracefulShutdown, ShutdownRequested, check_stop
+from g2po_bench.benchmarks.workers import EnvPool
+from g2po_bench.core.config import RunConfig, config_to_yaml, resolve_run_id
+from g2po_bench.core.crashes import CRASHED_HEAVY_FRACTION, is_crashed_heavy
+from g2po_bench.core.rundir import RunDir, atomic_write_json, atomic_write_text
 
 __all__ = ["LocalTrainer", "train", "torch_threads"]
 
@@ -254,7 +266,7 @@ class LocalTrainer:
                                      chunk_tokens=self.cfg.train.logprob_chunk_tokens)
 
     def _rl_tasks(self, train_tasks) -> list:
-        """The tasks RL draws from (``train.rl_tasks``, :func:`algorithms.backends.common.rl_tasks`)."""
+        """The tasks RL draws from (``train.rl_tasks``, :func:`g2po_bench.algorithms.backends.common.rl_tasks`)."""
         tasks = rl_tasks(self.cfg, train_tasks)
         if len(tasks) != len(train_tasks):
             self.log(f"RL draws from the {len(tasks)} training tasks the warm start's demonstrations "
@@ -357,7 +369,7 @@ class LocalTrainer:
             "number of attempts")
 
     def stop_on_signal(self, signum: int) -> str:
-        """After a stop request (:mod:`benchmarks.shutdown`): checkpoint the last complete
+        """After a stop request (:mod:`g2po_bench.benchmarks.shutdown`): checkpoint the last complete
         iteration if it is not yet, keep only checkpointed iterations in ``metrics.jsonl``, write
         ``status.json`` ``interrupted``; returns the one-line reason (also in the status)."""
         name = signal.Signals(signum).name
@@ -588,11 +600,11 @@ def _stack(store: dict[int, torch.Tensor], rows: list[int], mask: torch.Tensor) 
 
 def torch_threads(cfg: RunConfig) -> int:
     """The torch intra-op threads of a run: ``model.num_threads``, or with 0 every CPU this process
-    may use (:func:`benchmarks.cpus.usable_cpus`: the affinity mask, ``SLURM_CPUS_PER_TASK`` /
+    may use (:func:`g2po_bench.benchmarks.cpus.usable_cpus`: the affinity mask, ``SLURM_CPUS_PER_TASK`` /
     ``G2PO_CPUS_PER_TASK`` (a sweep job's ``resources.cpus``), the cgroup quota). The model and the
     environment workers take turns (the lock-step rollout waits for the workers), so the model may
     use every core while it computes."""
-    from benchmarks.cpus import usable_cpus
+    from g2po_bench.benchmarks.cpus import usable_cpus
 
     return cfg.model.num_threads if cfg.model.num_threads > 0 else usable_cpus()
 
@@ -601,7 +613,7 @@ def train(cfg: RunConfig, console=None) -> RunDir:
     """Run the local backend on ``cfg``; returns the run folder.
 
     Raises:
-        benchmarks.shutdown.Interrupted: stopped by SIGTERM/SIGINT/SIGUSR2 (a ``SystemExit``
+        g2po_bench.benchmarks.shutdown.Interrupted: stopped by SIGTERM/SIGINT/SIGUSR2 (a ``SystemExit``
             with status 128 + signal; the run folder says ``interrupted``, see the module
             docstring); under Submitit the preemption signal requeues the job instead.
     """

@@ -5,10 +5,10 @@ agent sees it). As in the reference (verl's critic: the policy's checkpoint load
 ``AutoModelForTokenClassification`` with one output), it is the policy's transformer trunk
 (``model.base_model``: embeddings, layers, final norm; no LM head, so no vocabulary-sized
 logits are ever computed) plus a scalar head on the last prompt token's final hidden state,
-trained with the clipped value loss of PPO (:func:`algorithms.losses.value_loss`) towards the
+trained with the clipped value loss of PPO (:func:`g2po_bench.algorithms.losses.value_loss`) towards the
 estimator's returns, at lr 1e-5 by default (the reference critic learning rate). The trunk
 keeps float32 master weights and runs under autocast in the policy's compute dtype
-(:mod:`algorithms.backends.local.precision`); gradient checkpointing is optional.
+(:mod:`g2po_bench.algorithms.backends.local.precision`); gradient checkpointing is optional.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from algorithms import losses
-from algorithms.backends.local.memory import enable_checkpointing
-from algorithms.backends.local.precision import autocast, check_master_weights
+from g2po_bench.algorithms import losses
+from g2po_bench.algorithms.backends.local.memory import enable_checkpointing
+from g2po_bench.algorithms.backends.local.precision import autocast, check_master_weights
 
 __all__ = ["ValueModel"]
 
@@ -39,7 +39,7 @@ class ValueModel(torch.nn.Module):
 
     Raises:
         TypeError: a trunk parameter is not float32 (see
-            :func:`algorithms.backends.local.precision.check_master_weights`).
+            :func:`g2po_bench.algorithms.backends.local.precision.check_master_weights`).
     """
 
     def __init__(self, trunk, lr: float = 1e-5, *, weight_decay: float = 0.01,

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from algorithms.backends.common import demonstration_tasks
+from g2po_bench.algorithms.backends.common import demonstration_tasks
 
 __all__ = ["WarmStart", "warm_start_settings", "warm_start_key", "ensure_warm_start"]
 
@@ -79,7 +79,7 @@ def warm_start_settings(cfg) -> dict[str, Any]:
     (``train.sft_*``, ``train.max_prompt_tokens``, ``train.warm_start_seed``). Not the run's
     ``seed``, the estimator, the RL settings or the evaluation panel.
     """
-    from g2po.config import config_to_dict
+    from g2po_bench.core.config import config_to_dict
 
     d = config_to_dict(cfg)
     name = d["env"]["name"]
@@ -104,12 +104,12 @@ def ensure_warm_start(cfg, pool, bench, train_tasks, *, run_root: Path, progress
 
     Args:
         cfg: the RunConfig.
-        pool: an :class:`benchmarks.workers.EnvPool` for the expert replays.
+        pool: an :class:`g2po_bench.benchmarks.workers.EnvPool` for the expert replays.
         bench: the benchmark module.
         train_tasks: the training tasks (demonstrations come from at most
             ``train.sft_max_tasks`` of them, evenly spread).
         run_root: the run folder (holds the warm start when ``train.warm_start_cache`` is "").
-        progress: the run's :class:`algorithms.backends.progress.RunProgress` (phase lines,
+        progress: the run's :class:`g2po_bench.algorithms.backends.progress.RunProgress` (phase lines,
             bars and timings; None = silent).
 
     Returns:
@@ -118,7 +118,7 @@ def ensure_warm_start(cfg, pool, bench, train_tasks, *, run_root: Path, progress
     Raises:
         ValueError: no demonstrations could be collected (the message says why).
     """
-    from algorithms.backends.progress import RunProgress
+    from g2po_bench.algorithms.backends.progress import RunProgress
 
     progress = progress or RunProgress(None)
     log = progress.log
@@ -161,11 +161,14 @@ def _reuse(target: Path, key: str, log) -> WarmStart:
 def _build(cfg, pool, bench, train_tasks, out: Path, progress) -> dict[str, Any]:
     import torch
 
-    from algorithms.backends.local.model import build_tiny_model, load_model_and_tokenizer
-    from algorithms.backends.local.policy import LocalPolicy
-    from algorithms.backends.local.sft import supervised_finetune
-    from benchmarks.demos import collect_demonstrations
-    from benchmarks.shutdown import check_stop
+    from g2po_bench.algorithms.backends.local.model import (
+        build_tiny_model,
+        load_model_and_tokenizer,
+    )
+    from g2po_bench.algorithms.backends.local.policy import LocalPolicy
+    from g2po_bench.algorithms.backends.local.sft import supervised_finetune
+    from g2po_bench.benchmarks.demos import collect_demonstrations
+    from g2po_bench.benchmarks.shutdown import check_stop
 
     log = progress.log
     stats: dict[str, Any] = {}

@@ -42,6 +42,6 @@ def train(cfg, console=None):
     missing = missing_requirements()
     if missing:
         raise ImportError(f"{_INSTALL_HINT}; missing: {', '.join(missing)}")
-    from algorithms.backends.openrlhf.trainer import train as _train
+    from g2po_bench.algorithms.backends.openrlhf.trainer import train as _train
 
     return _train(cfg, console=console)

@@ -2,7 +2,7 @@
 
 :func:`build_argv` maps the suite's config onto ``openrlhf.cli.train_ppo_ray`` flags so that
 OpenRLHF's actor, reference and critic workers optimise exactly the local backend's objective
-(ALGORITHMS.md "Training loop facts"; :mod:`algorithms.backends.local.trainer`):
+(ALGORITHMS.md "Training loop facts"; :mod:`g2po_bench.algorithms.backends.local.trainer`):
 
 ===============================  =================================================================
 suite config                     OpenRLHF flags
@@ -54,8 +54,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from algorithms.backends.openrlhf.advantages import needs_critic
-from algorithms.backends.openrlhf.settings import OpenRLHFSettings
+from g2po_bench.algorithms.backends.openrlhf.advantages import needs_critic
+from g2po_bench.algorithms.backends.openrlhf.settings import OpenRLHFSettings
 
 __all__ = ["build_argv", "parse_openrlhf_args", "OpenRLHFArgsError", "train_batch_size"]
 

@@ -1,7 +1,7 @@
 """Starting Ray for the OpenRLHF backend: one node, or a Slurm allocation of several.
 
-Contract with the sweeps launcher (:mod:`sweeps.job`), which exports on every node of a job
-before calling :func:`g2po.train.run_train` on rank 0 only:
+Contract with the sweeps launcher (:mod:`g2po_bench.sweeps.job`), which exports on every node of a job
+before calling :func:`g2po_bench.train.run_train` on rank 0 only:
 
 =========================  =====================================================================
 ``G2PO_NUM_NODES``         nodes of the allocation (> 1 = multi-node)

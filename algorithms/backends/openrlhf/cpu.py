@@ -30,13 +30,13 @@ from pathlib import Path
 import torch
 from openrlhf.trainer.ray.launcher import BaseModelActor
 
-from algorithms.backends.openrlhf.cpu_engine import HFRolloutEngine, cpu_sampling_params
+from g2po_bench.algorithms.backends.openrlhf.cpu_engine import HFRolloutEngine, cpu_sampling_params
 
 __all__ = ["HFRolloutEngine", "CPUModelActor", "CPUReferenceActor", "CPUCriticActor", "cpu_sampling_params"]
 
 
 def _load(path: str | os.PathLike):
-    from algorithms.backends.local.model import load_model_and_tokenizer
+    from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
 
     return load_model_and_tokenizer(path, dtype="float32", device="cpu")
 

@@ -1,6 +1,6 @@
 """A CPU stand-in for OpenRLHF's vLLM rollout engine (``RolloutRayActor``), same interface.
 
-See :mod:`algorithms.backends.openrlhf.cpu`. Imports only torch and transformers, so engine
+See :mod:`g2po_bench.algorithms.backends.openrlhf.cpu`. Imports only torch and transformers, so engine
 workers start quickly.
 """
 
@@ -28,7 +28,7 @@ class HFRolloutEngine:
     """
 
     def __init__(self, model_path: str, num_threads: int = 1):
-        from algorithms.backends.local.model import load_model_and_tokenizer
+        from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
 
         torch.set_num_threads(max(1, num_threads))
         self.model, self.tokenizer = load_model_and_tokenizer(model_path, dtype="float32", device="cpu")

@@ -1,6 +1,6 @@
 """Step rows <-> OpenRLHF experiences: one OpenRLHF sample per agent step.
 
-Each step row i of a :class:`~benchmarks.rollout.RolloutBatch` (prompt p_i of P_i tokens, the
+Each step row i of a :class:`~g2po_bench.benchmarks.rollout.RolloutBatch` (prompt p_i of P_i tokens, the
 step prompt with its history; response r_i of R_i tokens) becomes one OpenRLHF 0.11.2
 ``Experience`` sample, laid out as OpenRLHF's own generator lays out a single-turn sample
 (``SamplesGenerator._process_response_into_experience``):

@@ -5,9 +5,9 @@ everything it does on the model side (``make_experience``: old log-probs from th
 reference log-probs from the reference group, values from the critic group, dispatched to the
 Ray actor groups micro-batch by micro-batch) but replaces ``compute_advantages_and_returns``
 (OpenRLHF's if/elif chain over episode rewards, with no plug-in point) by the suite's registry
-estimator on the StepBatch (:func:`algorithms.backends.openrlhf.advantages.step_advantages`),
+estimator on the StepBatch (:func:`g2po_bench.algorithms.backends.openrlhf.advantages.step_advantages`),
 whose per-step scalars become per-token advantages on the action positions
-(:func:`algorithms.backends.openrlhf.experience.attach_step_values`).
+(:func:`g2po_bench.algorithms.backends.openrlhf.experience.attach_step_values`).
 
 It runs in the driver process, where the backend creates it; the Ray workers (actor,
 reference, critic, vLLM) run OpenRLHF's classes unchanged and only ever receive finished
@@ -23,13 +23,13 @@ import numpy as np
 import torch
 from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
 
-from algorithms.backends.openrlhf.experience import (
+from g2po_bench.algorithms.backends.openrlhf.experience import (
     StepSamples,
     attach_step_values,
     interleave_for_ranks,
     prompt_end_values,
 )
-from algorithms.registry import AdvantageResult
+from g2po_bench.algorithms.registry import AdvantageResult
 
 __all__ = ["StepExperienceMaker"]
 

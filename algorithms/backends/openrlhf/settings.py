@@ -13,7 +13,7 @@ GPUs. Sources, later ones win:
    ``G2PO_OPENRLHF_ZERO_STAGE=3`` or ``G2PO_OPENRLHF_VLLM_NUM_ENGINES=2``.
 
 The node count and GPUs per node default to the allocation the sweeps launcher exports
-(``G2PO_NUM_NODES``, ``G2PO_GPUS_PER_NODE``; see :mod:`algorithms.backends.openrlhf.cluster`),
+(``G2PO_NUM_NODES``, ``G2PO_GPUS_PER_NODE``; see :mod:`g2po_bench.algorithms.backends.openrlhf.cluster`),
 else Slurm's variables, else one node with the GPUs torch sees.
 """
 

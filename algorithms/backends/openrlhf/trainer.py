@@ -1,10 +1,10 @@
 """The OpenRLHF trainer backend (``backend=openrlhf``): the suite's loop on Ray, DeepSpeed and vLLM.
 
 One iteration, with the same semantics as the local backend
-(:mod:`algorithms.backends.local.trainer`; ALGORITHMS.md "Training loop facts"):
+(:mod:`g2po_bench.algorithms.backends.local.trainer`; ALGORITHMS.md "Training loop facts"):
 
 1. **Generation**: ``groups_per_batch`` tasks x ``group_size`` rollouts by the suite's rollout
-   engine (:func:`benchmarks.rollout.collect_rollouts`; environments in worker processes,
+   engine (:func:`g2po_bench.benchmarks.rollout.collect_rollouts`; environments in worker processes,
    step prompts with history) through :class:`.policy.EnginePolicy` on OpenRLHF's vLLM engines.
 2. **Reference and old log-probs** (and critic values): OpenRLHF's
    ``RemoteExperienceMaker.make_experience`` on the actor, reference and critic Ray actor
@@ -44,7 +44,7 @@ import ray
 import torch
 from openrlhf.trainer.ppo_trainer import BasePPOTrainer
 
-from algorithms.backends.common import (
+from g2po_bench.algorithms.backends.common import (
     TruncationWarnings,
     at_train_temperature,
     eval_metrics,
@@ -57,23 +57,27 @@ from algorithms.backends.common import (
     train_temperature_eval_due,
     training_rollouts,
 )
-from algorithms.backends.openrlhf.advantages import needs_critic, step_advantages
-from algorithms.backends.openrlhf.args import build_argv, parse_openrlhf_args
-from algorithms.backends.openrlhf.cluster import (
+from g2po_bench.algorithms.backends.openrlhf.advantages import needs_critic, step_advantages
+from g2po_bench.algorithms.backends.openrlhf.args import build_argv, parse_openrlhf_args
+from g2po_bench.algorithms.backends.openrlhf.cluster import (
     RayCluster,
     join_as_worker,
     read_allocation,
     worker_runtime_env,
 )
-from algorithms.backends.openrlhf.experience import StepSamples, build_samples, critic_view
-from algorithms.backends.openrlhf.experience_maker import StepExperienceMaker
-from algorithms.backends.openrlhf.policy import EnginePolicy, vllm_sampling_params
-from algorithms.backends.openrlhf.settings import OpenRLHFSettings, load_settings
-from benchmarks.registry import get_benchmark
-from benchmarks.rollout import RolloutBatch
-from benchmarks.workers import EnvPool
-from g2po.config import RunConfig, config_to_yaml, resolve_run_id
-from results.rundir import RunDir, atomic_write_json, atomic_write_text
+from g2po_bench.algorithms.backends.openrlhf.experience import (
+    StepSamples,
+    build_samples,
+    critic_view,
+)
+from g2po_bench.algorithms.backends.openrlhf.experience_maker import StepExperienceMaker
+from g2po_bench.algorithms.backends.openrlhf.policy import EnginePolicy, vllm_sampling_params
+from g2po_bench.algorithms.backends.openrlhf.settings import OpenRLHFSettings, load_settings
+from g2po_bench.benchmarks.registry import get_benchmark
+from g2po_bench.benchmarks.rollout import RolloutBatch
+from g2po_bench.benchmarks.workers import EnvPool
+from g2po_bench.core.config import RunConfig, config_to_yaml, resolve_run_id
+from g2po_bench.core.rundir import RunDir, atomic_write_json, atomic_write_text
 
 __all__ = ["StepPPOTrainer", "OpenRLHFTrainer", "Stack", "build_stack", "load_tokenizer", "train"]
 
@@ -168,7 +172,7 @@ def build_stack(args, strategy, settings: OpenRLHFSettings, model_path: str, max
     nodes, gpn = args.actor.num_nodes, args.actor.num_gpus_per_node
     use_ref = args.algo.kl.init_coef > 0
     if settings.device == "cpu":
-        from algorithms.backends.openrlhf import cpu
+        from g2po_bench.algorithms.backends.openrlhf import cpu
 
         engines = [ray.remote(num_cpus=0)(cpu.HFRolloutEngine).remote(model_path)
                    for _ in range(args.vllm.num_engines)]
@@ -296,7 +300,7 @@ class OpenRLHFTrainer:
             return ref_dir
         if cfg.model.path is not None and cfg.train.sft_epochs == 0:
             return Path(cfg.model.path)
-        from algorithms.backends.local.trainer import LocalTrainer
+        from g2po_bench.algorithms.backends.local.trainer import LocalTrainer
 
         local = LocalTrainer(dataclasses.replace(cfg, resume=False), console=self.console)
         t0 = time.time()

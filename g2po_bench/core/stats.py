@@ -1,7 +1,7 @@
 """Confidence intervals of recorded results: percentile bootstrap (numpy only).
 
 Used where results are recorded (``eval.json``: the success rate of an evaluation panel with its
-95 % interval) and where they are analysed (:mod:`analysis.aggregate`, the CPU-proxy benchmark).
+95 % interval) and where they are analysed (:mod:`g2po_bench.analysis.aggregate`, the CPU-proxy benchmark).
 Percentile bootstrap intervals follow Efron & Tibshirani (1993); the paired two-level bootstrap
 of :func:`paired_improvement_ci` resamples seeds, then panel tasks within each seed, as
 recommended for few-seed RL comparisons (Agarwal et al., 2021, "Deep RL at the edge of the

@@ -11,8 +11,8 @@ import json
 import time
 from pathlib import Path
 
-from g2po.config import ConfigError, RunConfig, config_to_yaml
-from results.rundir import RunDir, atomic_write_json, atomic_write_text, code_version
+from g2po_bench.core.config import ConfigError, RunConfig, config_to_yaml
+from g2po_bench.core.rundir import RunDir, atomic_write_json, atomic_write_text, code_version
 
 __all__ = ["run_train", "run_eval", "check_fresh_run_folder", "check_run_for_eval", "eval_output_dir"]
 
@@ -27,12 +27,12 @@ def run_train(cfg: RunConfig, console=None) -> RunDir:
     """
     check_fresh_run_folder(cfg)
     if cfg.backend == "local":
-        from algorithms.backends.local.trainer import train
+        from g2po_bench.algorithms.backends.local.trainer import train
 
         return train(cfg, console=console)
     if cfg.backend == "openrlhf":
         try:
-            from algorithms.backends.openrlhf import train as orl_train
+            from g2po_bench.algorithms.backends.openrlhf import train as orl_train
         except ImportError as exc:
             raise RuntimeError(
                 "backend=openrlhf needs the OpenRLHF extra: pip install -e '.[openrlhf]' on a GPU machine "
@@ -59,7 +59,7 @@ def check_fresh_run_folder(cfg: RunConfig) -> None:
     """
     if cfg.resume:
         return
-    from g2po.config import resolve_run_id
+    from g2po_bench.core.config import resolve_run_id
 
     run = RunDir(Path(cfg.output_dir) / resolve_run_id(cfg))
     root = run.root
@@ -151,19 +151,19 @@ def run_eval(cfg: RunConfig, run_dir: str | Path | None = None, console=None, *,
 
     Writes ``config.yaml`` (the config used) and ``eval.json`` (``kind: "evaluation"``,
     ``run``, ``model``, ``checkpoint_iteration``, ``overrides``, ``panel``, ``code`` (the git commit,
-    :func:`results.rundir.code_version`) and the EVAL record as ``history``/``before``/``final``/``best``)
+    :func:`g2po_bench.core.rundir.code_version`) and the EVAL record as ``history``/``before``/``final``/``best``)
     into a new folder (:func:`eval_output_dir`) and returns it.
 
     Raises:
         ConfigError: no model given, a run folder without a checkpoint, a taken ``name``;
             raised before any model is loaded.
     """
-    from algorithms.backends.common import evaluate_panel
-    from algorithms.backends.local.model import load_model_and_tokenizer
-    from algorithms.backends.local.policy import LocalPolicy
-    from benchmarks.evaluation import select_panel
-    from benchmarks.registry import get_benchmark
-    from benchmarks.workers import EnvPool
+    from g2po_bench.algorithms.backends.common import evaluate_panel
+    from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
+    from g2po_bench.algorithms.backends.local.policy import LocalPolicy
+    from g2po_bench.benchmarks.evaluation import select_panel
+    from g2po_bench.benchmarks.registry import get_benchmark
+    from g2po_bench.benchmarks.workers import EnvPool
 
     checkpoint_iteration = None
     if run_dir is not None:
@@ -195,7 +195,7 @@ def run_eval(cfg: RunConfig, run_dir: str | Path | None = None, console=None, *,
         "code": code_version(), "history": [ev], "before": ev, "final": ev, "best": ev,
     })
     if console is not None:
-        from algorithms.backends.progress import format_rate_ci
+        from g2po_bench.algorithms.backends.progress import format_rate_ci
 
         per_type = ", ".join(f"{t} {100 * r:.1f} %" for t, r in sorted(ev["per_task_type"].items()))
         console.print(f"held-out success {format_rate_ci(ev)} at temperature {cfg.eval.temperature:g}; "

@@ -190,7 +190,7 @@ def _coerce(name: str, arr: np.ndarray) -> np.ndarray:
         if arr.dtype.kind not in "iub":
             raise ValueError(
                 f"StepBatch.{name} must hold integers, got dtype {arr.dtype}"
-                + ("; hash string keys with algorithms.batch.hash_state_keys" if name == "state_key" else "")
+                + ("; hash string keys with g2po_bench.core.batch.hash_state_keys" if name == "state_key" else "")
             )
         return arr.astype(np.int64)
     if name in _FLOAT_FIELDS:

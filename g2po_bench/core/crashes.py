@@ -3,9 +3,9 @@
 An iteration is *crashed-heavy* when most of its training episodes crashed (their environment
 or worker process failed): ``train/crashed > CRASHED_HEAVY_FRACTION * train/episodes``. Such an
 iteration measures the environment, not the policy. The trainers never record one (they retry
-it after restarting the workers, then fail the run with the reason); ``analysis.load`` flags any
+it after restarting the workers, then fail the run with the reason); ``g2po_bench.analysis.load`` flags any
 run whose ``metrics.jsonl`` holds one (written by older code, or by a run that was interrupted
-by signals before the signal policy of :mod:`benchmarks.shutdown` existed).
+by signals before the signal policy of :mod:`g2po_bench.benchmarks.shutdown` existed).
 """
 
 from __future__ import annotations

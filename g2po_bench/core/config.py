@@ -22,7 +22,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from benchmarks.alfworld.games import TASK_TYPES as ALFWORLD_TASK_TYPES
+from g2po_bench.benchmarks.alfworld.games import TASK_TYPES as ALFWORLD_TASK_TYPES
 
 __all__ = [
     "ConfigError",
@@ -38,7 +38,7 @@ __all__ = [
     "PRESET_DIR",
 ]
 
-PRESET_DIR = Path(__file__).parent / "presets"
+PRESET_DIR = Path(__file__).resolve().parents[1] / "presets"
 RL_TASK_POOLS = ("all", "without_demos")  # train.rl_tasks
 OLD_LOGPROBS = ("auto", "recompute", "sampler")  # train.old_logprobs
 
@@ -149,7 +149,7 @@ class ModelConfig:
     max_position_embeddings: int = 1024
     dtype: str = "float32"  # "float32" | "bfloat16"
     device: str = "auto"  # "auto" | "cpu" | "cuda"
-    # torch intra-op threads on a CPU: 0 = every CPU this process may use (benchmarks.cpus.usable_cpus:
+    # torch intra-op threads on a CPU: 0 = every CPU this process may use (g2po_bench.benchmarks.cpus.usable_cpus:
     # affinity, SLURM_CPUS_PER_TASK / a sweep job's resources.cpus, cgroup quota). The model and the
     # environment workers take turns, so the model can use every core: on 2 idle cores an RL
     # iteration of the CPU default takes 10 s with 2 threads and 15 s with 1 (results/proxy/README.md).
@@ -404,7 +404,7 @@ def resolve_state_key(cfg: RunConfig) -> str:
         the rule now in ``cfg.env.state_key``.
     """
     if cfg.env.state_key == "auto":
-        from algorithms.registry import estimator_spec
+        from g2po_bench.algorithms.registry import estimator_spec
 
         cfg.env.state_key = estimator_spec(cfg.algorithm.name).state_key
     return cfg.env.state_key
@@ -455,7 +455,7 @@ def validate_config(cfg: RunConfig) -> None:
          f"the compact prompt exists for ALFWorld only; use env.prompt=reference with env.name={cfg.env.name}")
     need(cfg.env.webshop_reward in ("original", "lenient"), "env.webshop_reward", "choose original or lenient")
     if cfg.env.name == "webshop":
-        from benchmarks.webshop.nouns import NounExtractorError, check_noun_extractor
+        from g2po_bench.benchmarks.webshop.nouns import NounExtractorError, check_noun_extractor
 
         try:
             check_noun_extractor(cfg.env.webshop_nouns)
@@ -474,7 +474,7 @@ def validate_config(cfg: RunConfig) -> None:
     need(cfg.algorithm.mode in ("mean_std_norm", "mean_norm"), "algorithm.mode", "choose mean_std_norm or mean_norm")
     need(0.0 <= cfg.algorithm.gamma <= 1.0, "algorithm.gamma", "must be in [0, 1]")
     need(cfg.algorithm.invalid_penalty >= 0, "algorithm.invalid_penalty", "must be >= 0")
-    from algorithms.registry import available_estimators, check_options
+    from g2po_bench.algorithms.registry import available_estimators, check_options
 
     need(
         cfg.algorithm.name in available_estimators(),
@@ -512,7 +512,7 @@ def validate_config(cfg: RunConfig) -> None:
     need(t.clip_ratio_c is None or t.clip_ratio_c > 1, "train.clip_ratio_c",
          "the dual-clip bound must be > 1 (reference 3.0), or null to turn dual clip off")
     need(t.kl_clamp is None or t.kl_clamp > 0, "train.kl_clamp", "must be > 0 (reference 10.0), or null for no clamp")
-    from algorithms.losses import LOSS_AGG_MODES
+    from g2po_bench.algorithms.losses import LOSS_AGG_MODES
 
     need(t.loss_agg_mode in LOSS_AGG_MODES, "train.loss_agg_mode", f"choose one of {', '.join(LOSS_AGG_MODES)}")
     need(t.sft_epochs >= 0, "train.sft_epochs", "must be >= 0")

@@ -18,7 +18,7 @@ Layout of ``results/runs/<run_id>/`` (DESIGN.md "results/"):
 - ``status.json``: ``{"state": "running"|"done"|"failed"|"interrupted", "iteration",
   "total_iterations", "error", "updated", "code"}`` (``code``: :func:`code_version` of the
   process that wrote it, ``{"commit", "dirty"}`` or null outside a git checkout); ``interrupted``: stopped by a signal
-  (:mod:`benchmarks.shutdown`), ``iteration`` is that of the checkpoint a resume continues from
+  (:mod:`g2po_bench.benchmarks.shutdown`), ``iteration`` is that of the checkpoint a resume continues from
   and ``error`` says which signal.
 - ``checkpoints/``: ``latest/`` (model, optimizer, trainer state), replaced atomically.
 - ``evals/<UTC time or name>/``: evaluations of the run's checkpoint by ``g2po eval --run``
@@ -53,7 +53,7 @@ __all__ = [
     "RECORD_SUFFIXES",
 ]
 
-_REPO_ROOT = Path(__file__).resolve().parents[1]
+_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 RECORD_SUFFIXES = frozenset({".md", ".csv", ".png", ".svg", ".html", ".json", ".jsonl", ".log", ".txt",

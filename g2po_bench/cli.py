@@ -172,12 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     _subparser(sub, "algorithms", "list registered advantage estimators and their options")
 
-    from analysis.cli import add_report_arguments
+    from g2po_bench.analysis.cli import add_report_arguments
 
     p = _subparser(sub, "report", "tables and figures from run folders, beside the published numbers")
     add_report_arguments(p)
 
-    from analysis.graph_cli import add_graph_arguments
+    from g2po_bench.analysis.graph_cli import add_graph_arguments
 
     p = _subparser(sub, "graph", "draw one task group's state graph (PNG + HTML) from a recorded run")
     add_graph_arguments(p)
@@ -192,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
                        ("webshop", "WebShop environment, index and search speed")):
         bsub.add_parser(name, help=text + " (arguments: g2po bench " + name + " --help)")
 
-    from sweeps.cli import add_sweep_arguments
+    from g2po_bench.sweeps.cli import add_sweep_arguments
 
     add_sweep_arguments(sub)
     sweep = sub.choices["sweep"]
@@ -202,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load(args):
-    from g2po.config import load_config
+    from g2po_bench.core.config import load_config
 
     return load_config(args.config, args.overrides, preset=args.preset)
 
@@ -210,10 +210,10 @@ def _load(args):
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Exception types that mean bad input (a config key or value, a missing or malformed data
     folder): printed as one line with exit code 2, never as a traceback."""
-    from benchmarks.alfworld.games import AlfworldDataError
-    from benchmarks.loading import SplitTooSmallError
-    from benchmarks.webshop.products import ProductDataError
-    from g2po.config import ConfigError
+    from g2po_bench.benchmarks.alfworld.games import AlfworldDataError
+    from g2po_bench.benchmarks.loading import SplitTooSmallError
+    from g2po_bench.benchmarks.webshop.products import ProductDataError
+    from g2po_bench.core.config import ConfigError
 
     return ConfigError, AlfworldDataError, ProductDataError, SplitTooSmallError
 
@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv, console)
     except user_errors as exc:
-        from g2po.config import ConfigError
+        from g2po_bench.core.config import ConfigError
 
         kind = "config error" if isinstance(exc, ConfigError) else "data error"
         from rich.markup import escape
@@ -271,30 +271,30 @@ def _main(argv: list[str], console) -> int:
     if len(argv) >= 2 and argv[0] == "bench" and argv[1] in ("alfworld", "webshop"):
         # the environment benchmarks own their arguments (g2po bench webshop --help)
         if argv[1] == "alfworld":
-            from benchmarks.alfworld.bench import main as env_bench
+            from g2po_bench.benchmarks.alfworld.bench import main as env_bench
         else:
-            from benchmarks.webshop.bench import main as env_bench
+            from g2po_bench.benchmarks.webshop.bench import main as env_bench
         return int(env_bench(argv[2:], prog=f"g2po bench {argv[1]}") or 0)
     parser = build_parser()
     args = parser.parse_args(argv)
-    from g2po.config import ConfigError
+    from g2po_bench.core.config import ConfigError
 
     if args.command == "train":
-        from g2po.train import run_train
+        from g2po_bench.train import run_train
 
         cfg = _load(args)
         run = run_train(cfg, console=console)
         console.print(f"run folder: {run.root}")
         return 0
     if args.command == "eval":
-        from baselines.config import is_baseline_request
+        from g2po_bench.baselines.config import is_baseline_request
 
         if is_baseline_request(args.overrides, args.config):  # baseline.name=react ... (baselines/)
             if args.run is not None or args.name is not None:
                 raise ConfigError("--run and --name evaluate a training run; a baseline takes key=value "
                                   "settings only (g2po eval --help)")
-            from baselines.run import run_baseline_cli
-            from benchmarks.policies import PolicyError
+            from g2po_bench.baselines.run import run_baseline_cli
+            from g2po_bench.benchmarks.policies import PolicyError
 
             try:
                 out = run_baseline_cli(args.config, args.overrides, preset=args.preset, console=console)
@@ -303,8 +303,8 @@ def _main(argv: list[str], console) -> int:
                 return 1
             console.print(f"baseline run written to {out}")
             return 0
-        from g2po.config import load_config
-        from g2po.train import check_run_for_eval, run_eval
+        from g2po_bench.core.config import load_config
+        from g2po_bench.train import check_run_for_eval, run_eval
 
         if args.run is not None:
             if args.config is not None or args.preset is not None:
@@ -318,42 +318,42 @@ def _main(argv: list[str], console) -> int:
         console.print(f"evaluation written to {out}")
         return 0
     if args.command == "config":
-        from baselines.config import is_baseline_request
+        from g2po_bench.baselines.config import is_baseline_request
 
         if is_baseline_request(args.overrides, args.config):  # the baseline run's config.yaml
             import yaml
 
-            from baselines.config import baseline_run_dict, load_baseline_config
+            from g2po_bench.baselines.config import baseline_run_dict, load_baseline_config
 
             cfg, b = load_baseline_config(args.config, args.overrides, preset=args.preset)
             print(yaml.safe_dump(baseline_run_dict(cfg, b), sort_keys=False), end="")
             return 0
-        from g2po.config import config_to_yaml
+        from g2po_bench.core.config import config_to_yaml
 
         print(config_to_yaml(_load(args)), end="")
         return 0
     if args.command == "data":
         return _data(args, console)
     if args.command == "sweep":
-        from sweeps.cli import run_sweep_command
+        from g2po_bench.sweeps.cli import run_sweep_command
 
         return run_sweep_command(args, console)
     if args.command == "report":
-        from analysis.cli import run_report
+        from g2po_bench.analysis.cli import run_report
 
         return int(run_report(args))
     if args.command == "graph":
-        from analysis.graph_cli import run_graph
+        from g2po_bench.analysis.graph_cli import run_graph
 
         return int(run_graph(args))
     if args.command == "algorithms":
-        from algorithms.registry import describe_estimators
+        from g2po_bench.algorithms.registry import describe_estimators
 
         print(describe_estimators())
         return 0
     if args.command == "bench":
         if args.bench_command == "advantages":
-            from algorithms.bench import main as bench_main
+            from g2po_bench.algorithms.bench import main as bench_main
 
             bench_argv = ["--repeats", str(args.repeats)]
             if args.sizes:
@@ -366,19 +366,19 @@ def _data(args, console) -> int:
     if args.data_command == "download":
         dest = args.dest or os.path.join(os.path.expanduser("~"), ".cache", "g2po", args.benchmark)
         if os.path.exists(dest) and not os.path.isdir(dest):
-            from g2po.config import ConfigError
+            from g2po_bench.core.config import ConfigError
 
             raise ConfigError(f"--dest {dest!r} is a file, not a folder; pass a folder (it is created if missing)")
         if args.benchmark == "alfworld":
-            from benchmarks.alfworld.download import DataDownloadError, download_alfworld
+            from g2po_bench.benchmarks.alfworld.download import DataDownloadError, download_alfworld
 
             fn = download_alfworld
         elif args.benchmark == "appworld":  # `appworld download data` with DEST as the AppWorld root
-            from benchmarks.appworld.download import DataDownloadError, download_appworld
+            from g2po_bench.benchmarks.appworld.download import DataDownloadError, download_appworld
 
             fn = download_appworld
         else:
-            from benchmarks.webshop.download import DataDownloadError, download_webshop
+            from g2po_bench.benchmarks.webshop.download import DataDownloadError, download_webshop
 
             fn = download_webshop
         try:
@@ -391,7 +391,7 @@ def _data(args, console) -> int:
         console.print(f"{args.benchmark} data in {where}; use env.data_dir={path}")
         return 0
     if args.data_command == "generate":
-        from benchmarks.alfworld.generate import ensure_generated
+        from g2po_bench.benchmarks.alfworld.generate import ensure_generated
 
         cfg = _load(args)
         path = ensure_generated(cfg.env)

@@ -11,9 +11,9 @@ column              dtype      meaning
 ``traj_id``         int64      trajectory (unique in the iteration)
 ``step``            int64      0-based step index t in the trajectory
 ``state_key``       int64      hashed state key of the state the action was taken from
-                               (:func:`algorithms.batch.hash_state_key`)
+                               (:func:`g2po_bench.core.batch.hash_state_key`)
 ``state_label``     string     short readable label of that state
-                               (:func:`benchmarks.rollout.state_label`)
+                               (:func:`g2po_bench.benchmarks.rollout.state_label`)
 ``action``          string     the action text sent to the environment (at most 80 chars)
 ``valid``           bool       the model output parsed to a valid action
 ``reward``          float64    environment reward after the step (10 on a success's last step)

@@ -2,7 +2,7 @@
 
 Source: ``../shared/reference/PAPER_RESULTS.md`` (G2PO, arXiv 2606.22995, Tables 1 and 2;
 GiGPO, arXiv 2505.10978, Table 1; the other published figures). The CSV files in this folder
-are shipped as package data (``pyproject.toml``: ``*.csv``); :func:`load_reference` reads
+live in ``results/reference/`` and are shipped as the data package ``g2po_bench.published`` (``setup.py``); :func:`load_reference` reads
 them all into one long table.
 
 Files:
@@ -44,7 +44,7 @@ notes           free text ("" when none)
 
 Example::
 
-    from results.reference import load_reference
+    from g2po_bench.analysis.reference import load_reference
     ref = load_reference()
     t1 = ref[ref["table"] == "Table 1"]
 """
@@ -52,6 +52,7 @@ Example::
 from __future__ import annotations
 
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -93,9 +94,23 @@ _STRING_COLUMNS = (
 )
 
 
+TABLES_PACKAGE = "g2po_bench.published"
+"""The data package of the published tables: the folder ``results/reference`` (setup.py)."""
+
+
+def _tables():
+    """The folder of the published tables: the installed data package, or in an editable install
+    (whose setuptools finder does not map a data-only package inside a regular one) the checkout's
+    ``results/reference``."""
+    try:
+        return resources.files(TABLES_PACKAGE)
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parents[1] / "results" / "reference"
+
+
 def reference_files() -> list[str]:
     """Names of the shipped reference CSV files, sorted."""
-    root = resources.files(__name__)
+    root = _tables()
     return sorted(p.name for p in root.iterdir() if p.name.endswith(".csv"))
 
 
@@ -117,7 +132,7 @@ def load_reference(tables: str | list[str] | None = None) -> pd.DataFrame:
     """
     import pandas as pd
 
-    root = resources.files(__name__)
+    root = _tables()
     frames = []
     for name in reference_files():
         with root.joinpath(name).open("r", encoding="utf-8") as fh:

@@ -3,7 +3,7 @@
 DESIGN.md "The shape": one small protocol: reset a task, step a text action, report reward,
 done, success, admissible actions if any, and the state key. The rollout engine only talks
 to this protocol; prompts and action parsing are per environment (``prompt.py`` of each
-benchmark) and share :mod:`benchmarks.parsing`.
+benchmark) and share :mod:`g2po_bench.benchmarks.parsing`.
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ class Observation:
 class Mistake(str):
     """An expert-plan action that is a deliberate mistake: played, never imitated.
 
-    A plan for the warm start's demonstrations (:func:`benchmarks.demos.collect_demonstrations`)
-    may contain such actions (e.g. ALFWorld's :func:`benchmarks.alfworld.expert_mistake`): the
+    A plan for the warm start's demonstrations (:func:`g2po_bench.benchmarks.demos.collect_demonstrations`)
+    may contain such actions (e.g. ALFWorld's :func:`g2po_bench.benchmarks.alfworld.expert_mistake`): the
     environment executes them and they appear in the history of the following prompts, but no
     demonstration step is recorded for them, so a policy trained on the demonstrations learns the
     recovery from the mistake, not the mistake.
@@ -79,10 +79,10 @@ class IfAdmissible(str):
     """An expert-plan action played only where the environment admits it, else skipped.
 
     For plans fixed before the episode starts that depend on what the agent will find: ALFWorld's
-    search detour opens the receptacle it visits (:func:`benchmarks.alfworld.expert_detour`), which
+    search detour opens the receptacle it visits (:func:`g2po_bench.benchmarks.alfworld.expert_detour`), which
     only a closed receptacle admits (some drawers are open shelves). When the observation the
     action would be taken in does not list it among its admissible actions, the replay
-    (:func:`benchmarks.demos.collect_demonstrations`) goes on with the next action of the plan.
+    (:func:`g2po_bench.benchmarks.demos.collect_demonstrations`) goes on with the next action of the plan.
     """
 
     __slots__ = ()
@@ -91,8 +91,8 @@ class IfAdmissible(str):
 class RefusalStop:
     """Ends an episode that is stuck: ``limit`` refused actions in a row (``env.stop_after_refusals``).
 
-    One rule for every episode loop (RL rollouts and evaluation in :mod:`benchmarks.rollout`, the
-    prompting baselines in :mod:`baselines.agents`), so that their episodes end alike. An action is
+    One rule for every episode loop (RL rollouts and evaluation in :mod:`g2po_bench.benchmarks.rollout`, the
+    prompting baselines in :mod:`g2po_bench.baselines.agents`), so that their episodes end alike. An action is
     refused when its observation has ``info["refused"]`` true (ALFWorld's "Nothing happens.");
     any other observation resets the count.
 
@@ -141,7 +141,7 @@ class Environment(ABC):
 
 def state_key_rule(cfg) -> str:
     """The state-key rule an environment applies for an ``EnvConfig``: ``cfg.state_key``
-    (``"reference"`` or ``"raw"``). ``"auto"`` is resolved by ``g2po.config.load_config`` to
+    (``"reference"`` or ``"raw"``). ``"auto"`` is resolved by ``g2po_bench.core.config.load_config`` to
     the estimator's rule; an EnvConfig built without a run (tests, tools) has no estimator,
     and ``"auto"`` then means the environment's reference key.
 

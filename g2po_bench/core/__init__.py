@@ -1,0 +1,10 @@
+"""The ground floor of the suite: what every other layer may import, and which imports none of them.
+
+- :mod:`~g2po_bench.core.config`: the run config schema (typed dataclasses) and its loading.
+- :mod:`~g2po_bench.core.batch`: the :class:`StepBatch` (one row per agent step), the input of
+  every advantage estimator and the output of the rollout engine.
+- :mod:`~g2po_bench.core.protocol`: the environment protocol (Task, Observation, Environment).
+- :mod:`~g2po_bench.core.rundir`, :mod:`~g2po_bench.core.steptable`,
+  :mod:`~g2po_bench.core.crashes`: the run folder and its records.
+- :mod:`~g2po_bench.core.stats`: bootstrap confidence intervals.
+"""
