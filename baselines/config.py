@@ -4,7 +4,7 @@ A baseline run is configured like any run (:class:`g2po_bench.core.config.RunCon
 ``model.*``, ``eval.*``, ``seed``, ...) plus a ``baseline`` section (:class:`BaselineConfig`)
 that names the method and the policy backend. Both come from one YAML file and/or dotted
 ``key=value`` overrides; the ``baseline.*`` keys are split off here, the rest goes through
-:func:`g2po_bench.core.config.load_config` unchanged (so every RunConfig check applies).
+:func:`g2po_bench.runconfig.load_config` unchanged (so every RunConfig check applies).
 
 Shorthands on the command line (baseline runs only): ``baseline=react`` means
 ``baseline.name=react``, ``model=PATH`` means ``model.path=PATH``, ``env=NAME`` means
@@ -32,7 +32,8 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from g2po_bench.core.config import ConfigError, RunConfig, config_to_dict, load_config
+from g2po_bench.core.config import ConfigError, RunConfig, config_to_dict
+from g2po_bench.runconfig import load_config
 
 __all__ = ["BaselineConfig", "BASELINE_NAMES", "is_baseline_request", "load_baseline_config",
            "baseline_run_dict", "baseline_run_id", "validate_baseline"]

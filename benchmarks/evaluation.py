@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 
+from g2po_bench.benchmarks.base import Benchmark
 from g2po_bench.benchmarks.loading import SmallPanelWarning
 from g2po_bench.benchmarks.policy import Policy
 from g2po_bench.benchmarks.rollout import collect_rollouts, success_by_task_type
@@ -65,7 +65,7 @@ def select_panel(tasks: Sequence[Task], num_tasks: int) -> list[Task]:
 def evaluate(
     policy: Policy,
     pool: EnvPool,
-    benchmark: ModuleType,
+    benchmark: Benchmark,
     panel: Sequence[Task],
     *,
     iteration: int,
@@ -122,10 +122,9 @@ def evaluate(
     by_type: dict[str, list[float]] = {}
     for t in trajs:
         by_type.setdefault(t["task_type"], []).append(float(t["success"]))
-    set_score = getattr(benchmark, "episode_set_score", None)  # e.g. AppWorld's scenario completion
+    set_score = benchmark.episode_set_score(trajs)  # e.g. AppWorld's scenario completion
     if set_score is not None:
-        s = set_score(trajs)
-        scores = [s] if s is not None else []
+        scores = [set_score]
     return {
         "iteration": iteration,
         "success_rate": float(np.mean(wins)) if trajs else 0.0,

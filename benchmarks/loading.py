@@ -17,6 +17,8 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterable
 
+from g2po_bench.core.errors import DataError
+
 __all__ = ["DataLoadWarning", "SmallPanelWarning", "SplitTooSmallError", "warn_skipped", "require_at_least"]
 
 _NAMED: set[tuple[str, str]] = set()
@@ -30,7 +32,7 @@ class SmallPanelWarning(UserWarning):
     """The evaluation split holds fewer tasks than ``eval.num_tasks``: the panel is the whole split."""
 
 
-class SplitTooSmallError(ValueError):
+class SplitTooSmallError(DataError, ValueError):
     """A split has fewer items than its manifest records or the config asks for; the message
     says how many were expected, how many load, and what to do."""
 

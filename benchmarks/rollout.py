@@ -20,12 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from g2po_bench.benchmarks.parsing import parse_response
+from g2po_bench.benchmarks.base import Benchmark
 from g2po_bench.benchmarks.policy import Policy, response_was_cut
 from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.core.batch import StepBatch, hash_state_keys
@@ -125,7 +124,7 @@ class RolloutBatch:
 def collect_rollouts(
     policy: Policy,
     pool: EnvPool,
-    benchmark: ModuleType,
+    benchmark: Benchmark,
     tasks: Sequence[Task],
     *,
     group_size: int,
@@ -170,7 +169,6 @@ def collect_rollouts(
         RolloutBatch with one row per step taken.
     """
     n_env = len(tasks) * group_size
-    projection = getattr(benchmark, "PROJECTION", "alfworld")  # the reference action projection
     env_task = [tasks[i // group_size] for i in range(n_env)]
     group_of = [group_offset + i // group_size for i in range(n_env)]
     traj_of = [group_offset * group_size + i for i in range(n_env)]
@@ -186,9 +184,8 @@ def collect_rollouts(
     refusal_stop = RefusalStop(stop_after_refusals)
     stuck = [False] * n_env
     rows: list[dict[str, Any]] = []
-    # a benchmark's own extraction (AppWorld's <code> cells), else the reference projection
-    own = getattr(benchmark, "parse_response", None)
-    parse = own if own is not None else (lambda text: parse_response(text, projection=projection))
+    # the benchmark's action extraction: its reference projection, or its own (AppWorld's <code> cells)
+    parse = benchmark.parse_response
 
     for t in range(max_steps):
         idx = [i for i in range(n_env) if active[i]]

@@ -171,7 +171,7 @@ def train_one(task: RunTask, console=None) -> dict[str, Any]:
         if st and st.get("state") == "done":
             log_event(task.sweep_dir, run_id=task.run_id, event="skipped", reason="already done")
             return {"run_id": task.run_id, "state": "skipped", "reason": "already done"}
-        from g2po_bench.core.config import load_config
+        from g2po_bench.runconfig import load_config
         from g2po_bench.train import run_train
 
         resume_from = _has_checkpoint(run)

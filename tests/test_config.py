@@ -2,7 +2,8 @@
 
 import pytest
 
-from g2po_bench.core.config import ConfigError, config_hash, load_config, resolve_run_id
+from g2po_bench.core.config import ConfigError, config_hash, resolve_run_id
+from g2po_bench.runconfig import load_config
 
 
 def test_defaults_are_the_cpu_main_job():

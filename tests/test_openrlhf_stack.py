@@ -37,7 +37,7 @@ from g2po_bench.algorithms.backends.common import estimator_options as local_est
 from g2po_bench.algorithms.registry import estimate  # noqa: E402
 from g2po_bench.benchmarks.rollout import collect_rollouts  # noqa: E402
 from g2po_bench.benchmarks.workers import EnvPool  # noqa: E402
-from g2po_bench.core.config import load_config  # noqa: E402
+from g2po_bench.runconfig import load_config  # noqa: E402
 
 _STUB_ROOTS = ("vllm", "flash_attn")
 

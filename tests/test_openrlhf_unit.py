@@ -21,7 +21,7 @@ from g2po_bench.algorithms.backends.openrlhf.cluster import (
     read_allocation,
 )
 from g2po_bench.algorithms.backends.openrlhf.settings import OpenRLHFSettings, load_settings
-from g2po_bench.core.config import load_config
+from g2po_bench.runconfig import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,7 +46,7 @@ import g2po_bench.algorithms.backends.openrlhf as b
 import g2po_bench.algorithms.backends.openrlhf.settings, g2po_bench.algorithms.backends.openrlhf.cluster
 import g2po_bench.algorithms.backends.openrlhf.advantages, g2po_bench.algorithms.backends.openrlhf.policy
 import g2po_bench.cli, g2po_bench.train
-from g2po_bench.core.config import load_config
+from g2po_bench.runconfig import load_config
 assert set(b.missing_requirements()) == BLOCK, b.missing_requirements()
 try:
     g2po_bench.train.run_train(load_config(overrides=["backend=openrlhf", "env.name=toy"]))

@@ -239,7 +239,7 @@ def _crashing_rollouts(monkeypatch, iteration: int, times: int) -> list[int]:
 
 
 def _cfg(out, *extra):
-    from g2po_bench.core.config import load_config
+    from g2po_bench.runconfig import load_config
 
     return load_config(None, tp.train_args(out, "train.iterations=3", *extra))
 

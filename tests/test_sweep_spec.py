@@ -99,7 +99,8 @@ def test_smoke_spec_runs_anywhere():
 
 
 def test_cpu_proxy_spec_is_the_default_with_three_estimators_and_five_seeds():
-    from g2po_bench.core.config import config_to_dict, load_config
+    from g2po_bench.core.config import config_to_dict
+    from g2po_bench.runconfig import load_config
 
     runs = expand(load_spec("cpu_proxy"))
     assert len(runs) == 15

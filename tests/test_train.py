@@ -6,8 +6,8 @@ import shutil
 import numpy as np
 import pytest
 
-from g2po_bench.core.config import load_config
 from g2po_bench.core.rundir import read_jsonl
+from g2po_bench.runconfig import load_config
 from g2po_bench.train import run_train
 
 TOY = [

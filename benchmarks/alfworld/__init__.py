@@ -8,6 +8,7 @@
 - :func:`build_prompt`, :func:`expert_response`: the verl-agent step prompt and short expert
   responses for supervised warm starts; :func:`expert_actions`: a game's walkthrough.
 - :data:`TASK_TYPES` (Pick, Look, Clean, Heat, Cool, Pick2 order) and :data:`SHORT_NAMES`.
+- :data:`BENCHMARK`: all of it as the suite's :class:`~g2po_bench.benchmarks.base.Benchmark`.
 
 Importing this package is cheap: alfworld/textworld are imported only when an engine is built
 or games are generated.
@@ -28,6 +29,8 @@ from g2po_bench.benchmarks.alfworld.games import (
     load_walkthrough,
 )
 from g2po_bench.benchmarks.alfworld.prompt import build_prompt, expert_response
+from g2po_bench.benchmarks.base import Benchmark
+from g2po_bench.core.config import require
 from g2po_bench.core.protocol import IfAdmissible, Mistake, Task, state_key_rule
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -53,6 +56,8 @@ __all__ = [
     "OPENABLE_RECEPTACLES",
     "expert_response",
     "data_root",
+    "AlfworldBenchmark",
+    "BENCHMARK",
 ]
 
 #: the reference action projection (verl-agent ``alfworld_projection``: 30-character fallback)
@@ -241,6 +246,89 @@ def expert_stall(plan: list[str], rng, prob: float, max_len: int) -> list[str]:
         if action.startswith("go to "):
             where = action[len("go to "):]
     return out
+
+
+class AlfworldBenchmark(Benchmark):
+    """ALFWorld (Shridhar et al., ICLR 2021) as the suite's benchmark: the functions of this
+    package, the compact prompt for the tiny CPU model, offline game generation and the
+    official download."""
+
+    name = "alfworld"
+    task_types = TASK_TYPES
+    projection = PROJECTION
+    prompt_styles = ("reference", "compact")
+    agent_intro = (
+        'You are an expert agent operating in the ALFRED Embodied Environment, a text-based '
+        'household. You solve a task by interacting with the environment one step at a time; the '
+        'environment answers every action with an observation.'
+    )
+    downloads = True
+    generates = True
+    expert_detour = staticmethod(expert_detour)
+    expert_stall = staticmethod(expert_stall)
+    expert_mistake = staticmethod(expert_mistake)
+
+    def load_tasks(self, cfg, split):
+        return load_tasks(cfg, split)
+
+    def make_env(self, cfg):
+        return make_env(cfg)
+
+    def build_prompt(self, obs, history, step, history_length, style="reference"):
+        return build_prompt(obs, history, step, history_length, style=style)
+
+    def expert_actions(self, task):
+        return expert_actions(task)
+
+    def expert_response(self, action, obs, style="reference"):
+        return expert_response(action, obs, style=style)
+
+    def validate_config(self, cfg) -> None:
+        """The task types and prompt styles (the base checks), the generated games' settings,
+        and ``train.rl_tasks=without_demos`` leaving tasks to train on."""
+        super().validate_config(cfg)
+        env, t = cfg.env, cfg.train
+        require(env.generated_eval_scenes in ("seen", "unseen"), "env.generated_eval_scenes", "choose seen or unseen")
+        require(env.generated_max_receptacles >= 0, "env.generated_max_receptacles", "must be >= 0")
+        require(not (t.rl_tasks == "without_demos" and env.data_dir is None
+                     and env.generated_train_games <= t.sft_max_tasks), "train.rl_tasks",
+                f"without_demos leaves no training task: the warm start imitates all {env.generated_train_games} "
+                f"generated training games (train.sft_max_tasks={t.sft_max_tasks}); lower train.sft_max_tasks or raise "
+                "env.generated_train_games")
+
+    def default_prompt_style(self, cfg) -> str:
+        """``compact`` for the tiny CPU model (``model.path`` unset, or a folder of it: a warm start
+        or checkpoint policy, marked by ``g2po_tiny.json``), ``reference`` for real models."""
+        tiny = cfg.model.path is None or (Path(cfg.model.path) / "g2po_tiny.json").is_file()
+        return "compact" if tiny else "reference"
+
+    def preload_worker_modules(self) -> None:
+        from g2po_bench.benchmarks.alfworld.engine import preload_worker_modules
+
+        preload_worker_modules()
+
+    def generate(self, cfg):
+        from g2po_bench.benchmarks.alfworld.generate import ensure_generated
+
+        return ensure_generated(cfg)
+
+    def download(self, dest=None):
+        from g2po_bench.benchmarks.alfworld.download import download_alfworld
+
+        return download_alfworld(dest)
+
+    def speed_benchmark(self, argv):
+        from g2po_bench.benchmarks.alfworld.bench import main
+
+        return int(main(list(argv), prog="g2po bench alfworld") or 0)
+
+    def plan_sentence(self, task, actions, instruction):
+        from g2po_bench.benchmarks.alfworld.prompt import plan_sentence
+
+        return plan_sentence(task, actions)
+
+
+BENCHMARK = AlfworldBenchmark()
 
 
 def __getattr__(name: str) -> Any:  # lazy access to heavier helpers

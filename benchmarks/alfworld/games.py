@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from g2po_bench.benchmarks.loading import warn_skipped
+from g2po_bench.core.errors import DataError
 from g2po_bench.core.protocol import Task
 
 __all__ = [
@@ -73,7 +74,7 @@ DOWNLOAD_HINT = (
 _SOLVABLE_RE = re.compile(r'"solvable"\s*:\s*(true|false|null)')
 
 
-class AlfworldDataError(FileNotFoundError):
+class AlfworldDataError(DataError, FileNotFoundError):
     """The ALFWorld data folder, a split, or its games are missing; the message says which
     and how to get them."""
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import os
 
+from g2po_bench.benchmarks.base import Benchmark
 from g2po_bench.core.protocol import Environment, Observation, Task
 
 __all__ = ["CorridorEnv", "load_tasks", "make_env", "build_prompt", "expert_actions",
-           "expert_detour", "expert_response", "TASK_TYPES"]
+           "expert_detour", "expert_response", "TASK_TYPES", "ToyBenchmark", "BENCHMARK"]
 
 TASK_TYPES = ("corridor",)
 
@@ -111,3 +112,32 @@ def expert_detour(plan: list[str], first_obs: Observation, rng, open_prob: float
 def expert_response(action: str, obs: Observation, style: str = "reference") -> str:
     """The expert's response text for ``action`` in the think/action format (any ``style``)."""
     return f"<think>go on</think><action>{action}</action>"
+
+
+class ToyBenchmark(Benchmark):
+    """The corridor as the suite's benchmark (tests and quick studies of the harness)."""
+
+    name = "toy"
+    task_types = TASK_TYPES
+    projection = "alfworld"
+    # the toy prompt is already compact: both styles give the same text
+    prompt_styles = ("reference", "compact")
+    expert_detour = staticmethod(expert_detour)
+
+    def load_tasks(self, cfg, split):
+        return load_tasks(cfg, split)
+
+    def make_env(self, cfg):
+        return make_env(cfg)
+
+    def build_prompt(self, obs, history, step, history_length, style="reference"):
+        return build_prompt(obs, history, step, history_length, style=style)
+
+    def expert_actions(self, task):
+        return expert_actions(task)
+
+    def expert_response(self, action, obs, style="reference"):
+        return expert_response(action, obs, style=style)
+
+
+BENCHMARK = ToyBenchmark()

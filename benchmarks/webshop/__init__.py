@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from g2po_bench.benchmarks.base import Benchmark
 from g2po_bench.benchmarks.webshop.catalog import (
     Catalog,
     DataSource,
@@ -36,7 +37,6 @@ from g2po_bench.benchmarks.webshop.catalog import (
 from g2po_bench.benchmarks.webshop.env import WebShopEnv
 from g2po_bench.benchmarks.webshop.expert import expert_actions
 from g2po_bench.benchmarks.webshop.goals import Goal
-from g2po_bench.benchmarks.webshop.nouns import DEFAULT_NOUN_EXTRACTOR
 from g2po_bench.benchmarks.webshop.prompt import build_prompt, expert_response
 from g2po_bench.core.protocol import Task, state_key_rule
 
@@ -54,6 +54,8 @@ __all__ = [
     "DataSource",
     "source_for",
     "task_for_goal",
+    "WebShopBenchmark",
+    "BENCHMARK",
 ]
 
 TASK_TYPES = ("webshop",)
@@ -69,11 +71,11 @@ def source_for(cfg: Any) -> DataSource:
         g2po_bench.benchmarks.webshop.products.ProductDataError: no product file where ``data_dir`` points.
     """
     return resolve_source(
-        getattr(cfg, "data_dir", None),
-        generated_dir=getattr(cfg, "generated_dir", None),
-        seed=int(getattr(cfg, "generated_seed", 0)),
-        n_eval=int(getattr(cfg, "generated_eval_games", 24)),
-        n_train=int(getattr(cfg, "generated_train_games", 48)),
+        cfg.data_dir,
+        cache_root=cfg.cache_dir,
+        seed=int(cfg.generated_seed),
+        n_eval=int(cfg.generated_eval_games),
+        n_train=int(cfg.generated_train_games),
     )
 
 
@@ -99,11 +101,11 @@ def load_tasks(cfg: Any, split: str) -> list[Task]:
         ValueError: unknown split, or ``task_types`` without ``webshop``.
         g2po_bench.benchmarks.webshop.products.ProductDataError: missing data (names the download command).
     """
-    types = list(getattr(cfg, "task_types", None) or [])
+    types = list(cfg.task_types or [])
     if types and "webshop" not in types:
         raise ValueError(f"env.task_types {types} selects no WebShop task; WebShop has one type: webshop")
     source = source_for(cfg)
-    cache_root = str(default_cache_root(getattr(cfg, "generated_dir", None)))
+    cache_root = str(default_cache_root(cfg.cache_dir))
     catalog = get_catalog(source, cache_root=cache_root)
     return [task_for_goal(g, source, split, cache_root) for g in catalog.goals_for(split)]
 
@@ -115,10 +117,84 @@ def make_env(cfg: Any) -> WebShopEnv:
     index then come from the process cache, else from disk."""
     return WebShopEnv(
         None,
-        observation_mode=getattr(cfg, "webshop_observation_mode", "text"),
+        observation_mode=cfg.webshop_observation_mode,
         state_key=state_key_rule(cfg),
-        cache_root=default_cache_root(getattr(cfg, "generated_dir", None)),
+        cache_root=default_cache_root(cfg.cache_dir),
         source_factory=functools.partial(source_for, cfg),
-        reward_mode=getattr(cfg, "webshop_reward", "original"),
-        nouns=getattr(cfg, "webshop_nouns", DEFAULT_NOUN_EXTRACTOR),
+        reward_mode=cfg.webshop_reward,
+        nouns=cfg.webshop_nouns,
     )
+
+
+class WebShopBenchmark(Benchmark):
+    """WebShop as the suite's benchmark: the functions of this package, its settings
+    (``env.webshop_*``), the official product download and the speed benchmark."""
+
+    name = "webshop"
+    task_types = TASK_TYPES
+    projection = PROJECTION
+    agent_intro = (
+        'You are an expert autonomous agent operating in the WebShop e-commerce environment. You '
+        'buy the product that matches an instruction by searching and clicking: search[<query>] on '
+        'the search page, and click[<button>] for a button shown on the page (a product id, an '
+        'option value, description, features, next >, < prev, back to search, buy now).'
+    )
+    downloads = True
+
+    def load_tasks(self, cfg, split):
+        return load_tasks(cfg, split)
+
+    def make_env(self, cfg):
+        return make_env(cfg)
+
+    def build_prompt(self, obs, history, step, history_length, style="reference"):
+        return build_prompt(obs, history, step, history_length, style=style)
+
+    def expert_actions(self, task):
+        return expert_actions(task)
+
+    def expert_response(self, action, obs, style="reference"):
+        return expert_response(action, obs, style=style)
+
+    def validate_config(self, cfg) -> None:
+        """The base checks, the observation mode, the reward and its noun extractor (a missing
+        spaCy model fails here, never falls back)."""
+        from g2po_bench.benchmarks.webshop.nouns import NounExtractorError, check_noun_extractor
+        from g2po_bench.core.config import ConfigError, require
+
+        super().validate_config(cfg)
+        env = cfg.env
+        require(env.webshop_observation_mode in ("text", "text_rich"), "env.webshop_observation_mode",
+                "choose text or text_rich")
+        require(env.webshop_reward in ("original", "lenient"), "env.webshop_reward", "choose original or lenient")
+        try:
+            check_noun_extractor(env.webshop_nouns)
+        except NounExtractorError as exc:
+            raise ConfigError(f"bad value for config key 'env.webshop_nouns': {exc}") from None
+
+    def download(self, dest):
+        from g2po_bench.benchmarks.webshop.download import download_webshop
+
+        return download_webshop(dest)
+
+    def speed_benchmark(self, argv):
+        from g2po_bench.benchmarks.webshop.bench import main
+
+        return int(main(list(argv), prog="g2po bench webshop") or 0)
+
+    def format_observation(self, text, instruction):
+        from g2po_bench.benchmarks.webshop.prompt import format_observation
+
+        return format_observation(text, instruction)
+
+    def plan_sentence(self, task, actions, instruction):
+        return ("I need a product that matches every requirement of the instruction: its type, its attributes, "
+                "the options and the price limit.")
+
+    def failure_hint(self, actions, score):
+        if actions and actions[-1] == "click[buy now]":
+            return f"you bought a product that did not match the instruction (score {score:.0f}/100)."
+        return None
+
+
+BENCHMARK = WebShopBenchmark()

@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         if data_dir is None:
             from g2po_bench.core.config import EnvConfig
 
-            source = source_for(EnvConfig(name="webshop", generated_dir=str(Path(tmp) / "alfworld")))
+            source = source_for(EnvConfig(name="webshop", cache_dir=tmp))
         else:
             source = resolve_source(data_dir)
         print(f"data: {source.products}")

@@ -141,7 +141,7 @@ class Environment(ABC):
 
 def state_key_rule(cfg) -> str:
     """The state-key rule an environment applies for an ``EnvConfig``: ``cfg.state_key``
-    (``"reference"`` or ``"raw"``). ``"auto"`` is resolved by ``g2po_bench.core.config.load_config`` to
+    (``"reference"`` or ``"raw"``). ``"auto"`` is resolved by ``g2po_bench.runconfig.load_config`` to
     the estimator's rule; an EnvConfig built without a run (tests, tools) has no estimator,
     and ``"auto"`` then means the environment's reference key.
 
