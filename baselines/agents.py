@@ -43,6 +43,7 @@ from g2po_bench.baselines.prompts import (
     render_reflection_prompt,
 )
 from g2po_bench.benchmarks.base import Benchmark
+from g2po_bench.benchmarks.evaluation import evaluate
 from g2po_bench.benchmarks.parsing import ParsedAction, parse_response
 from g2po_bench.benchmarks.policy import Policy
 from g2po_bench.benchmarks.rollout import success_by_task_type
@@ -358,7 +359,6 @@ def run_direct(policy: Policy, pool: EnvPool, benchmark: Benchmark, panel: Seque
                history_length: int = 2, stop_after_refusals: int = 0) -> dict[str, Any]:
     """Direct prompting: :func:`g2po_bench.benchmarks.evaluation.evaluate` with the RL step prompt (the
     reference template) and the RL episode end (``stop_after_refusals``)."""
-    from g2po_bench.benchmarks.evaluation import evaluate
 
     return evaluate(policy, pool, benchmark, panel, iteration=0, max_steps=max_steps, temperature=temperature,
                     max_new_tokens=max_new_tokens, seed=seed, episodes_per_task=episodes_per_task,

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 from g2po_bench.benchmarks.parsing import PROJECTIONS, ParsedAction, parse_response
 from g2po_bench.core.config import EnvConfig, RunConfig, require
+from g2po_bench.core.errors import DataDownloadError
 from g2po_bench.core.protocol import Environment, Observation, Task
 
 __all__ = ["Benchmark"]
@@ -149,7 +150,6 @@ class Benchmark(ABC):
         Raises:
             g2po_bench.core.errors.DataDownloadError: no download exists, or it failed.
         """
-        from g2po_bench.core.errors import DataDownloadError
 
         raise DataDownloadError(f"benchmark {self.name!r} has no data download")
 

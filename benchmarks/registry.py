@@ -17,8 +17,8 @@ from pathlib import Path
 
 from g2po_bench.benchmarks.base import Benchmark
 
-__all__ = ["get_benchmark", "benchmark_names", "all_benchmarks", "preset_files", "preset_file",
-           "ENTRY_POINT_GROUP"]
+__all__ = ["get_benchmark", "benchmark_names", "all_benchmarks", "register_benchmark", "preset_files",
+           "preset_file", "ENTRY_POINT_GROUP"]
 
 ENTRY_POINT_GROUP = "g2po.benchmarks"
 """Entry point group through which an installed package adds a benchmark."""
@@ -54,6 +54,26 @@ def _discover() -> dict[str, tuple[Benchmark, Path | None]]:
         module = importlib.import_module(ep.module)
         _add(bench, f"entry point {ep.name!r} ({ep.value})", Path(module.__file__).parent)
     return _FOUND
+
+
+def register_benchmark(bench: Benchmark, presets: str | Path | None = None) -> Benchmark:
+    """Register ``bench`` in this process (for a benchmark built in code, e.g. a test's; packages
+    are found without it). Environment workers forked afterwards inherit it.
+
+    Args:
+        bench: the benchmark.
+        presets: a folder whose ``presets/*.yaml`` are its presets (optional).
+
+    Returns:
+        ``bench``.
+
+    Raises:
+        TypeError: ``bench`` is not a :class:`~g2po_bench.benchmarks.base.Benchmark`.
+        ValueError: another benchmark of that name is registered.
+    """
+    _discover()
+    _add(bench, f"register_benchmark({type(bench).__name__})", Path(presets) if presets is not None else None)
+    return bench
 
 
 def benchmark_names() -> list[str]:

@@ -42,15 +42,9 @@ from typing import Any
 from g2po_bench.benchmarks.cpus import limit_thread_pools, usable_cpus
 from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.shutdown import apply_worker_policy, check_stop
-from g2po_bench.core.protocol import Observation, Task
+from g2po_bench.core.protocol import Observation, Task, crashed_observation
 
-__all__ = ["EnvPool", "crashed_observation"]
-
-
-def crashed_observation(error: str) -> Observation:
-    """The terminal, failed observation recorded for a crashed environment."""
-    return Observation(text="", instruction="", admissible_actions=None, state_key="<crashed>",
-                       reward=0.0, done=True, won=False, info={"crashed": True, "error": error})
+__all__ = ["EnvPool"]
 
 
 def _make_env(benchmark: str, env_cfg: Any):

@@ -39,7 +39,7 @@ from g2po_bench.analysis.graph_cli import add_graph_arguments, run_graph
 from g2po_bench.baselines.config import baseline_run_dict, is_baseline_request, load_baseline_config
 from g2po_bench.benchmarks.base import Benchmark
 from g2po_bench.benchmarks.policies import PolicyError
-from g2po_bench.benchmarks.registry import all_benchmarks, benchmark_names, get_benchmark
+from g2po_bench.benchmarks.registry import all_benchmarks, benchmark_names, get_benchmark, preset_files
 from g2po_bench.core.config import ConfigError, config_to_yaml
 from g2po_bench.core.errors import SUITE_ERRORS, DataDownloadError, EnvironmentSetupError
 from g2po_bench.runconfig import load_config
@@ -81,10 +81,11 @@ HELP: dict[str, tuple[str, str]] = {
         "Print the resolved config as YAML (what a run saves as config.yaml), without running anything.",
         "  g2po config                                   # the CPU default\n"
         "  g2po config --preset webshop_1.5b model.path=/models/Qwen2.5-1.5B-Instruct\n"
-        "  g2po config baseline=react model=smollm2 env=webshop   # a baseline run's config",
+        "  g2po config baseline=react model=smollm2 env=webshop   # a baseline run's config\n"
+        "  g2po config --presets                         # the presets of every benchmark",
     ),
     "data": (
-        "Fetch the official data (needs internet) or generate the offline ALFWorld games.",
+        "Fetch a benchmark's official data (needs internet) or generate its embedded default's tasks offline.",
         "  g2po data download alfworld                   # into ~/.cache/g2po/alfworld, then env.data_dir=...\n"
         "  g2po data download webshop --dest /data/webshop\n"
         "  g2po data generate alfworld env.generated_train_games=200   # the embedded default's games",
@@ -178,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _subparser(sub, "config", "print the resolved config as YAML")
     _add_config_args(p)
+    p.add_argument("--presets", action="store_true", help="list the presets of every registered benchmark and exit")
 
     p = _subparser(sub, "data", "fetch or generate benchmark data")
     dsub = p.add_subparsers(dest="data_command", required=True)
@@ -315,6 +317,10 @@ def _main(argv: list[str], console) -> int:
             cfg = _load(args)
         out = run_eval(cfg, run_dir=args.run, console=console, overrides=args.overrides, name=args.name)
         console.print(f"evaluation written to {out}")
+        return 0
+    if args.command == "config" and args.presets:
+        for name, path in sorted(preset_files().items()):
+            print(f"{name:<20} {path}")
         return 0
     if args.command == "config":
         if is_baseline_request(args.overrides, args.config):  # the baseline run's config.yaml

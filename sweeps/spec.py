@@ -53,6 +53,9 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from g2po_bench.core.config import ConfigError, config_to_dict, resolve_run_id
+from g2po_bench.runconfig import load_config
+
 __all__ = [
     "SpecError",
     "Resources",
@@ -446,8 +449,6 @@ def expand(spec: SweepSpec, where: list[str] | None = None) -> list[PlannedRun]:
     Raises:
         SpecError: listing every run that fails (bad key, bad value, unresolved variable, ...).
     """
-    from g2po_bench.core.config import ConfigError, config_to_dict, resolve_run_id
-    from g2po_bench.runconfig import load_config
 
     raw = spec.raw
     base = raw.get("base")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from sweep_support import run_cli, toy_spec
 
 from g2po_bench.sweeps.spec import SPEC_DIR, SpecError, expand, load_spec
-from g2po_bench.sweeps.testing import run_cli, toy_spec
 
 PAPER_SPECS = {  # spec -> number of runs
     "main_table": 72,

@@ -16,9 +16,13 @@ or games are generated.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from g2po_bench.benchmarks.alfworld import engine
+from g2po_bench.benchmarks.alfworld.bench import main as speed_benchmark_main
+from g2po_bench.benchmarks.alfworld.download import download_alfworld
 from g2po_bench.benchmarks.alfworld.env import AlfworldEnv
 from g2po_bench.benchmarks.alfworld.games import (
     SHORT_NAMES,
@@ -28,8 +32,10 @@ from g2po_bench.benchmarks.alfworld.games import (
     find_games,
     load_walkthrough,
 )
-from g2po_bench.benchmarks.alfworld.prompt import build_prompt, expert_response
+from g2po_bench.benchmarks.alfworld.generate import ensure_generated, generate_games
+from g2po_bench.benchmarks.alfworld.prompt import build_prompt, expert_response, plan_sentence
 from g2po_bench.benchmarks.base import Benchmark
+from g2po_bench.benchmarks.loading import require_at_least
 from g2po_bench.core.config import require
 from g2po_bench.core.protocol import IfAdmissible, Mistake, Task, state_key_rule
 
@@ -56,6 +62,9 @@ __all__ = [
     "OPENABLE_RECEPTACLES",
     "expert_response",
     "data_root",
+    "ensure_generated",
+    "generate_games",
+    "download_alfworld",
     "AlfworldBenchmark",
     "BENCHMARK",
 ]
@@ -74,8 +83,6 @@ def data_root(cfg: EnvConfig) -> Path:
     games once if needed, see :func:`g2po_bench.benchmarks.alfworld.generate.ensure_generated`)."""
     if cfg.data_dir is not None:
         return Path(cfg.data_dir)
-    from g2po_bench.benchmarks.alfworld.generate import ensure_generated
-
     return ensure_generated(cfg)
 
 
@@ -105,10 +112,6 @@ def _check_manifest(root: Path, split: str, have: int, *, generated: bool, filte
     """A split that loads fewer games than its manifest records is an error: the generator's
     ``manifest.json`` (``splits``), or the download's ``g2po_download.json`` (``games``, only
     without a task-type filter)."""
-    import json
-
-    from g2po_bench.benchmarks.loading import require_at_least
-
     name, key, fix = (("manifest.json", "splits", "delete the folder and run `g2po data generate alfworld` "
                        "with the same settings to generate them again") if generated else
                       ("g2po_download.json", "games", "run `g2po data download alfworld` again "
@@ -303,45 +306,19 @@ class AlfworldBenchmark(Benchmark):
         return "compact" if tiny else "reference"
 
     def preload_worker_modules(self) -> None:
-        from g2po_bench.benchmarks.alfworld.engine import preload_worker_modules
-
-        preload_worker_modules()
+        engine.preload_worker_modules()
 
     def generate(self, cfg):
-        from g2po_bench.benchmarks.alfworld.generate import ensure_generated
-
         return ensure_generated(cfg)
 
-    def download(self, dest=None):
-        from g2po_bench.benchmarks.alfworld.download import download_alfworld
-
+    def download(self, dest):
         return download_alfworld(dest)
 
     def speed_benchmark(self, argv):
-        from g2po_bench.benchmarks.alfworld.bench import main
-
-        return int(main(list(argv), prog="g2po bench alfworld") or 0)
+        return int(speed_benchmark_main(list(argv), prog="g2po bench alfworld") or 0)
 
     def plan_sentence(self, task, actions, instruction):
-        from g2po_bench.benchmarks.alfworld.prompt import plan_sentence
-
         return plan_sentence(task, actions)
 
 
 BENCHMARK = AlfworldBenchmark()
-
-
-def __getattr__(name: str) -> Any:  # lazy access to heavier helpers
-    if name in ("generate_games", "ensure_generated"):
-        from g2po_bench.benchmarks.alfworld import generate
-
-        return getattr(generate, name)
-    if name == "preload_worker_modules":  # g2po_bench.benchmarks.registry's optional interface
-        from g2po_bench.benchmarks.alfworld import engine
-
-        return engine.preload_worker_modules
-    if name in ("download_alfworld", "DataDownloadError"):
-        from g2po_bench.benchmarks.alfworld import download
-
-        return getattr(download, name)
-    raise AttributeError(name)

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from g2po_bench.benchmarks.appworld.download import download_appworld
 from g2po_bench.benchmarks.appworld.env import AppWorldEnv
 from g2po_bench.benchmarks.appworld.prompt import build_prompt, expert_response, parse_response
 from g2po_bench.benchmarks.appworld.runtime import (
@@ -215,8 +216,6 @@ class AppWorldBenchmark(Benchmark):
 
     def download(self, dest):
         """``appworld download data`` with ``dest`` as the AppWorld root (it will hold ``data/``)."""
-        from g2po_bench.benchmarks.appworld.download import download_appworld
-
         return download_appworld(dest)
 
     def describe_data(self, path):

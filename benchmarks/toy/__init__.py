@@ -4,15 +4,9 @@
 last room. Actions: ``go east``, ``go west``, ``look``. Anything else gets "Nothing happens."
 (an unknown command, as in ALFWorld). Observations recur across trajectories, so the
 state-key graph has shared nodes and self-loops like the real benchmarks.
-
-Fault injection for harness tests: the action ``raise error`` makes ``step`` raise, and
-``kill process`` ends the worker process abruptly (``os._exit``), so the rollout engine's
-restart path can be tested without a flaky real environment.
 """
 
 from __future__ import annotations
-
-import os
 
 from g2po_bench.benchmarks.base import Benchmark
 from g2po_bench.core.protocol import Environment, Observation, Task
@@ -46,10 +40,6 @@ class CorridorEnv(Environment):
         return self._obs(f"You are in room 0 of {self.length}.")
 
     def step(self, action: str) -> Observation:
-        if action == "raise error":
-            raise RuntimeError("injected environment error")
-        if action == "kill process":
-            os._exit(3)
         if action == "go east":
             self.pos = min(self.pos + 1, self.length - 1)
         elif action == "go west":

@@ -49,6 +49,7 @@ from g2po_bench.benchmarks.webshop.products import (
     search_text,
 )
 from g2po_bench.benchmarks.webshop.search import SearchEngine, get_search_engine
+from g2po_bench.benchmarks.webshop.synthetic import ensure_generated
 
 __all__ = ["DataSource", "Catalog", "resolve_source", "get_catalog", "default_cache_root"]
 
@@ -126,7 +127,6 @@ def resolve_source(
         ProductDataError: no known product file, with what was looked for.
     """
     if data_dir is None:
-        from g2po_bench.benchmarks.webshop.synthetic import ensure_generated
 
         folder = ensure_generated(default_cache_root(cache_root) / "webshop_generated", seed=seed,
                                   n_eval=n_eval, n_train=n_train).resolve()

@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Task", "Observation", "Environment", "Mistake", "IfAdmissible", "RefusalStop", "state_key_rule"]
+__all__ = ["Task", "Observation", "crashed_observation", "Environment", "Mistake", "IfAdmissible", "RefusalStop", "state_key_rule"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,12 @@ class Observation:
     done: bool = False
     won: bool = False
     info: dict[str, Any] = field(default_factory=dict)
+
+
+def crashed_observation(error: str) -> Observation:
+    """The terminal, failed observation recorded for a crashed environment."""
+    return Observation(text="", instruction="", admissible_actions=None, state_key="<crashed>",
+                       reward=0.0, done=True, won=False, info={"crashed": True, "error": error})
 
 
 class Mistake(str):
