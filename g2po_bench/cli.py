@@ -39,7 +39,12 @@ from g2po_bench.analysis.graph_cli import add_graph_arguments, run_graph
 from g2po_bench.baselines.config import baseline_run_dict, is_baseline_request, load_baseline_config
 from g2po_bench.benchmarks.base import Benchmark
 from g2po_bench.benchmarks.policies import PolicyError
-from g2po_bench.benchmarks.registry import all_benchmarks, benchmark_names, get_benchmark, preset_files
+from g2po_bench.benchmarks.registry import (
+    all_benchmarks,
+    benchmark_names,
+    get_benchmark,
+    preset_files,
+)
 from g2po_bench.core.config import ConfigError, config_to_yaml
 from g2po_bench.core.errors import SUITE_ERRORS, DataDownloadError, EnvironmentSetupError
 from g2po_bench.runconfig import load_config
