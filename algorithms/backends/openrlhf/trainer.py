@@ -51,15 +51,16 @@ from g2po_bench.algorithms.backends.common import (
     eval_record,
     evaluate_panel,
     load_task_splits,
+    needs_critic,
     record_evaluation,
     rl_tasks,
     rollout_metrics,
+    step_advantages,
     train_temperature_eval_due,
     training_rollouts,
 )
 from g2po_bench.algorithms.backends.local.trainer import LocalTrainer
 from g2po_bench.algorithms.backends.openrlhf import cpu
-from g2po_bench.algorithms.backends.openrlhf.advantages import needs_critic, step_advantages
 from g2po_bench.algorithms.backends.openrlhf.args import build_argv, parse_openrlhf_args
 from g2po_bench.algorithms.backends.openrlhf.cluster import (
     RayCluster,
