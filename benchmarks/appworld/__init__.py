@@ -182,24 +182,15 @@ class AppWorldBenchmark(Benchmark):
     )
     downloads = True
 
-    def load_tasks(self, cfg, split):
-        return load_tasks(cfg, split)
+    # the package's functions are the protocol's required parts
+    load_tasks = staticmethod(load_tasks)
+    make_env = staticmethod(make_env)
+    build_prompt = staticmethod(build_prompt)
+    expert_actions = staticmethod(expert_actions)
+    expert_response = staticmethod(expert_response)
 
-    def make_env(self, cfg):
-        return make_env(cfg)
-
-    def build_prompt(self, obs, history, step, history_length, style="reference"):
-        return build_prompt(obs, history, step, history_length, style=style)
-
-    def expert_actions(self, task):
-        return expert_actions(task)
-
-    def expert_response(self, action, obs, style="reference"):
-        return expert_response(action, obs, style=style)
-
-    def parse_response(self, text):
-        """The code of the response's ``<code>...</code>`` cell (:func:`~g2po_bench.benchmarks.appworld.prompt.parse_response`)."""
-        return parse_response(text)
+    # the code of a response's ``<code>...</code>`` cell, not the reference projection
+    parse_response = staticmethod(parse_response)
 
     def validate_config(self, cfg) -> None:
         """The base checks and AppWorld's limits and difficulty levels."""

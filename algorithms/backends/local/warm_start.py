@@ -34,12 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from g2po_bench.algorithms.backends.common import demonstration_tasks
+from g2po_bench.algorithms.backends.local import sft
 from g2po_bench.algorithms.backends.local.model import (
     build_tiny_model,
     load_model_and_tokenizer,
 )
 from g2po_bench.algorithms.backends.local.policy import LocalPolicy
-from g2po_bench.algorithms.backends.local.sft import supervised_finetune
 from g2po_bench.algorithms.backends.progress import RunProgress
 from g2po_bench.benchmarks.demos import collect_demonstrations
 from g2po_bench.benchmarks.shutdown import check_stop
@@ -214,7 +214,7 @@ def _build(cfg, pool, bench, train_tasks, out: Path, progress) -> dict[str, Any]
                 h.update(done, f"optimizer steps, loss {loss:.3f}")
                 check_stop()  # a stop request ends SFT here (the staging folder is removed)
 
-            stats.update(supervised_finetune(
+            stats.update(sft.supervised_finetune(
                 model, tok, p_ids, r_ids, epochs=cfg.train.sft_epochs, lr=cfg.train.sft_lr,
                 batch_size=cfg.train.sft_batch_size, seed=cfg.train.warm_start_seed, progress=on_batch))
         stats["sft/seconds"] = time.time() - t1
