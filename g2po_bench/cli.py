@@ -207,6 +207,15 @@ def _load(args):
     return load_config(args.config, args.overrides, preset=args.preset)
 
 
+def _tracker_pictures():
+    """The tracker pictures' drawer the CLI hands to training runs (the trainers and the sweeps
+    sit below the analysis package, so the drawing code comes in from here); it draws only when
+    a tracker that shows pictures is selected (``logging.backends``)."""
+    from g2po_bench.analysis.pictures import AnalysisPictures
+
+    return AnalysisPictures()
+
+
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Exception types that mean bad input (a config key or value, a missing or malformed data
     folder): printed as one line with exit code 2, never as a traceback."""
@@ -214,8 +223,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from g2po_bench.benchmarks.loading import SplitTooSmallError
     from g2po_bench.benchmarks.webshop.products import ProductDataError
     from g2po_bench.core.config import ConfigError
+    from g2po_bench.core.tracking import TrackingError
 
-    return ConfigError, AlfworldDataError, ProductDataError, SplitTooSmallError
+    return ConfigError, AlfworldDataError, ProductDataError, SplitTooSmallError, TrackingError
 
 
 _OWN_PACKAGES = ("algorithms", "analysis", "baselines", "benchmarks", "g2po", "results", "sweeps")
@@ -256,8 +266,10 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv, console)
     except user_errors as exc:
         from g2po_bench.core.config import ConfigError
+        from g2po_bench.core.tracking import TrackingError
 
-        kind = "config error" if isinstance(exc, ConfigError) else "data error"
+        kind = ("config error" if isinstance(exc, ConfigError) else
+                "tracking error" if isinstance(exc, TrackingError) else "data error")
         from rich.markup import escape
 
         console.print(f"[red]{kind}:[/red] {escape(str(exc))}", highlight=False)
@@ -283,7 +295,7 @@ def _main(argv: list[str], console) -> int:
         from g2po_bench.train import run_train
 
         cfg = _load(args)
-        run = run_train(cfg, console=console)
+        run = run_train(cfg, console=console, pictures=_tracker_pictures())
         console.print(f"run folder: {run.root}")
         return 0
     if args.command == "eval":
@@ -337,7 +349,7 @@ def _main(argv: list[str], console) -> int:
     if args.command == "sweep":
         from g2po_bench.sweeps.cli import run_sweep_command
 
-        return run_sweep_command(args, console)
+        return run_sweep_command(args, console, pictures=_tracker_pictures())
     if args.command == "report":
         from g2po_bench.analysis.cli import run_report
 
