@@ -27,7 +27,8 @@ for good (a checkpointed iteration; :mod:`g2po_bench.algorithms.backends.lifecyc
 (after a kill, a preemption, a requeue) opens the same W&B run (``id`` + ``resume="allow"``)
 and the same TensorBoard folder (``purge_step`` = the next step, so events a killed attempt
 wrote past the bookkeeping are hidden by TensorBoard's reader), and steps at or below the
-published one are not sent again.
+published one are not sent again. (A hard kill also ends W&B's service process: steps it
+still held in memory are lost from the W&B run; TensorBoard's files are flushed every step.)
 
 Pictures (a task group's state graph every ``logging.graph_every`` iterations, the learning
 curve at the end) are PNG files drawn by the caller's :class:`RunPictures` (the analysis
@@ -285,7 +286,8 @@ class _WandB:
         data: dict[str, Any] = dict(scalars)
         for tag, path in images.items():
             data[tag] = self.wandb.Image(str(path))
-        self.run.log(data, step=step)
+        # committed now, not when a later step comes: a run killed after this step keeps it
+        self.run.log(data, step=step, commit=True)
 
     def close(self, state: str) -> None:
         if state == "interrupted":
