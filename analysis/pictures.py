@@ -42,7 +42,9 @@ class AnalysisPictures:
         """Task group ``group`` (-1: :func:`g2po_bench.analysis.state_graph.choose_group`) of
         iteration ``iteration``'s step table, drawn to ``out`` (PNG); None when the iteration has
         no step table or the drawing fails."""
-        from g2po_bench.analysis.graph_cli import draw_group
+        from g2po_bench.analysis.graph_cli import (
+            draw_group,  # lazy: matplotlib only when a picture is due
+        )
 
         try:
             drawing = draw_group(run_root, iteration=iteration, group=None if group < 0 else group, out=out,
@@ -55,6 +57,7 @@ class AnalysisPictures:
     def learning_curve(self, run_root: Path, out: Path) -> Path | None:
         """The run's learning curves (held-out and training success, %) drawn to ``out`` (PNG);
         None when the run has no evaluation or the drawing fails."""
+        # lazy: matplotlib and seaborn only when a picture is due (the CLI creates this object at start-up)
         from g2po_bench.analysis.figures import plot_learning_curves
         from g2po_bench.analysis.load import load_runs
 

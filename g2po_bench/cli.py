@@ -211,7 +211,9 @@ def _tracker_pictures():
     """The tracker pictures' drawer the CLI hands to training runs (the trainers and the sweeps
     sit below the analysis package, so the drawing code comes in from here); it draws only when
     a tracker that shows pictures is selected (``logging.backends``)."""
-    from g2po_bench.analysis.pictures import AnalysisPictures
+    from g2po_bench.analysis.pictures import (
+        AnalysisPictures,  # lazy: the analysis package only for train/sweep
+    )
 
     return AnalysisPictures()
 

@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from g2po_bench.benchmarks.alfworld.games import TASK_TYPES as ALFWORLD_TASK_TYPES
+from g2po_bench.core.tracking import TrackingError, check_installed
 
 __all__ = [
     "ConfigError",
@@ -586,8 +587,6 @@ def validate_config(cfg: RunConfig) -> None:
     need(lg.graph_group >= -1, "logging.graph_group", "a task group id, or -1 for the most informative one")
     need(lg.graph_every == 0 or cfg.record_graphs, "logging.graph_every",
          "the state-graph pictures are drawn from the step tables: set record_graphs=true or logging.graph_every=0")
-    from g2po_bench.core.tracking import TrackingError, check_installed
-
     try:
         check_installed(lg.backends)
     except TrackingError as exc:

@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from g2po_bench.core.rundir import atomic_write_json
+from g2po_bench.core.rundir import atomic_write_json, code_version, machine_info, machine_label
 
 __all__ = ["Tracker", "TrackingError", "RunPictures", "check_installed", "metric_scalars",
            "evaluation_scalars", "evaluation_steps", "run_steps", "flatten_config", "run_info",
@@ -215,6 +215,7 @@ class _TensorBoard:
 
     def __init__(self, folder: Path, purge_step: int, config: Mapping[str, Any], info: Mapping[str, Any],
                  config_yaml: str | None):
+        # lazy: the tracking extra (tensorboard) is optional, imported only when selected
         from torch.utils.tensorboard import SummaryWriter
         from torch.utils.tensorboard.summary import hparams
 
@@ -248,7 +249,7 @@ class _TensorBoard:
 
 def _read_png(path: Path):
     """(H, W, 3) uint8 array of a PNG file (matplotlib's reader; alpha dropped)."""
-    import matplotlib.image as mpimg
+    import matplotlib.image as mpimg  # lazy: only a tracker that shows pictures reads PNG files
     import numpy as np
 
     arr = mpimg.imread(str(path))
@@ -266,7 +267,7 @@ class _WandB:
 
     def __init__(self, folder: Path, *, run_id: str, name: str, lg, group: str | None, kind: str,
                  config: Mapping[str, Any], info: Mapping[str, Any]):
-        import wandb
+        import wandb  # lazy: the tracking extra (wandb) is optional, imported only when selected
 
         self.wandb = wandb
         folder.mkdir(parents=True, exist_ok=True)
@@ -410,8 +411,6 @@ def run_info(run_id: str, **extra: Any) -> dict[str, Any]:
     """What ran a run, for the trackers: ``run_id``, ``commit`` and ``dirty``
     (:func:`g2po_bench.core.rundir.code_version`), ``machine`` (one line,
     :func:`g2po_bench.core.rundir.machine_label`) and ``extra``."""
-    from g2po_bench.core.rundir import code_version, machine_info, machine_label
-
     code = code_version() or {}
     return {"run_id": run_id, **extra, "commit": code.get("commit"), "dirty": code.get("dirty"),
             "machine": machine_label(machine_info())}
