@@ -80,3 +80,12 @@ def test_string_overrides_keep_their_text_even_when_yaml_reads_a_boolean():
     assert (cfg.run_id, cfg.output_dir, cfg.model.path) == ("off", "yes", None)
     assert cfg.resume is False and cfg.seed == 3  # non-string fields still parse as before
     assert load_config(None, ["run_id=123"]).run_id == "123"
+
+
+def test_a_list_of_strings_is_overridden_as_a_list():
+    """``key=[a,b]`` for a ``list[str]`` field is a list (it used to be kept as the text "[a,b]",
+    which the schema rejected); a plain ``str`` field still keeps YAML words as text."""
+    cfg = load_config(None, ["env.task_types=[pick_and_place_simple,look_at_obj_in_light]",
+                             "logging.tags=[a,b]", "logging.group=off"])
+    assert cfg.env.task_types == ["pick_and_place_simple", "look_at_obj_in_light"]
+    assert cfg.logging.tags == ["a", "b"] and cfg.logging.group == "off"

@@ -12,8 +12,10 @@ import importlib
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -467,7 +469,10 @@ def test_ray_rollout_side_with_a_cpu_policy(orl, ray_cluster, tiny_model):
 @pytest.mark.slow
 def test_g2po_train_backend_openrlhf_dry_run_on_cpu_and_resume(orl, tmp_path):
     """``g2po train backend=openrlhf`` with the CPU stand-ins (openrlhf.device=cpu): Ray started
-    locally, two iterations writing the run folder with seconds per phase, then a resume."""
+    locally, two iterations writing the run folder with seconds per phase, step tables and
+    ``timing.json`` (the run lifecycle shared with the local backend); a resume stopped by SIGTERM
+    in its second iteration (the lifecycle's signal policy: ``interrupted``, exit status 143, only
+    checkpointed iterations recorded), then resumed to the end."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([str(STUBS)] if orl.stubbed else [])
                                         + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
@@ -480,10 +485,16 @@ def test_g2po_train_backend_openrlhf_dry_run_on_cpu_and_resume(orl, tmp_path):
               "train.mini_batch_size=8", "train.max_prompt_tokens=16", "eval.num_tasks=2", "eval.every=0", "model.hidden_size=32",
               "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64", "model.vocab_size=300",
               f"output_dir={tmp_path}", "run_id=dry", f"train.warm_start_cache={tmp_path / 'warm_start'}", "progress=false"]
+    # the lifecycle's trackers, as on the local backend (the tracking extra; CI installs it)
+    tensorboard = importlib.util.find_spec("tensorboard") is not None
+    if tensorboard:
+        common.append("logging.backends=[jsonl,console,tensorboard]")
+
+    def argv(*extra):
+        return [sys.executable, "-m", "g2po_bench.cli", "train", *common, *extra]
 
     def g2po(*extra):
-        res = subprocess.run([sys.executable, "-m", "g2po_bench.cli", "train", *common, *extra], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=1200)
+        res = subprocess.run(argv(*extra), cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
         if res.returncode != 0:
             pytest.fail(f"g2po train failed ({res.returncode}):\n{res.stdout[-2000:]}\n{res.stderr[-6000:]}",
                         pytrace=False)
@@ -517,9 +528,54 @@ def test_g2po_train_backend_openrlhf_dry_run_on_cpu_and_resume(orl, tmp_path):
     assert state["iteration"] == 2 and state["backend"] == "openrlhf"
     assert (run / "checkpoints" / "latest" / "policy" / "config.json").exists()
     assert "--algo.kl.use_loss" in (run / "openrlhf_args.txt").read_text()
-    g2po("train.iterations=3", "resume=true")
+    # the lifecycle's records, as on the local backend: a step table per iteration (record_graphs,
+    # the default) with the advantages the estimator gave, and the seconds per phase
+    from g2po_bench.core.steptable import read_step_table, recorded_iterations
+
+    assert recorded_iterations(run) == [1, 2]
+    table = read_step_table(run, 2)
+    assert table.estimator == "g2po" and len(table.frame) == recs[1]["train/steps"]
+    assert {"node_value", "a_ep"} <= set(table.frame.columns) and np.isfinite(table.frame["advantage"]).all()
+    assert recs[1]["record/bytes"] == (run / "steps" / "iter_00002.parquet").stat().st_size
+    timing = json.loads((run / "timing.json").read_text())["seconds"]
+    assert {"tasks", "workers", "evaluation", "RL iterations"} <= set(timing), timing
+
+    # SIGTERM to the driver while it trains iteration 4 (as `scancel --signal=TERM` does): the
+    # iteration is abandoned, the checkpoint of iteration 3 is what a resume continues from
+    log = tmp_path / "stopped.log"
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(argv("train.iterations=4", "resume=true"), cwd=ROOT, env=env, stdout=fh,
+                                stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 1200
+        while len((run / "metrics.jsonl").read_text().splitlines()) < 3:
+            assert proc.poll() is None and time.time() < deadline, log.read_text()[-4000:]
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=600) == 128 + signal.SIGTERM, log.read_text()[-4000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "interrupted" and "interrupted by SIGTERM during iteration 4" in status["error"], status
+    assert status["iteration"] == 3
+    assert [json.loads(x)["iteration"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
+    assert json.loads((run / "checkpoints" / "latest" / "trainer_state.json").read_text())["iteration"] == 3
+    assert recorded_iterations(run)[:3] == [1, 2, 3]
+
+    g2po("train.iterations=4", "resume=true")
     recs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["iteration"] for r in recs] == [1, 2, 3]
-    assert json.loads((run / "status.json").read_text())["iteration"] == 3
+    assert [r["iteration"] for r in recs] == [1, 2, 3, 4]
+    assert json.loads((run / "status.json").read_text())["iteration"] == 4
+    assert recorded_iterations(run) == [1, 2, 3, 4]
     at_t = json.loads((run / "eval.json").read_text())["at_train_temperature"]
-    assert at_t["before"]["iteration"] == 0 and at_t["final"]["iteration"] == 3  # "before" kept across the resume
+    assert at_t["before"]["iteration"] == 0 and at_t["final"]["iteration"] == 4  # "before" kept across the resumes
+    if tensorboard:  # one series across the three attempts, equal to the records (float32)
+        from tracker_files import tensorboard_scalars
+
+        tb = tensorboard_scalars(run / "tensorboard")
+        assert tb["train/success_rate"] == [(r["iteration"], float(np.float32(r["train/success_rate"]))) for r in recs]
+        assert tb["loss/kl"] == [(r["iteration"], float(np.float32(r["loss/kl"]))) for r in recs]
+        ev = json.loads((run / "eval.json").read_text())
+        assert tb["eval/success_rate"] == [(e["iteration"], float(np.float32(e["success_rate"])))
+                                           for e in ev["history"]]
