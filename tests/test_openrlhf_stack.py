@@ -62,7 +62,7 @@ def orl():
             maker=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.experience_maker"),
             trainer=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.trainer"),
             policy=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.policy"),
-            cpu=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.cpu"),
+            cpu_workers=importlib.import_module("openrlhf_cpu_workers"),
             settings=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.settings"),
             stubbed=need,
         )
@@ -304,7 +304,7 @@ def test_openrlhf_objective_equals_the_local_backends_loss(orl):
 
 
 def test_gpu_stack_calls_openrlhfs_classes_with_their_real_signatures(orl, monkeypatch):
-    """The GPU branch of build_stack (not runnable here) against OpenRLHF's real signatures:
+    """The production Workers.build (GPUs; not runnable here) against OpenRLHF's real signatures:
     create_vllm_engines, RayActorGroup and each worker's init_model_from_pretrained are bound
     with inspect.signature; layout (shared placement group, GPU shares) as OpenRLHF's launcher."""
     import inspect
@@ -340,7 +340,7 @@ def test_gpu_stack_calls_openrlhfs_classes_with_their_real_signatures(orl, monke
     cfg = load_config(overrides=["backend=openrlhf", "algorithm.name=ppo"])
     settings = orl.settings.OpenRLHFSettings(num_nodes=1, gpus_per_node=2).resolved(needs_critic=True)
     args, _ = parsed_args(orl, cfg, settings)
-    stack = orl.trainer.build_stack(args, orl.utils.get_strategy(args), settings, "/models/x", 10)
+    stack = orl.trainer.Workers().build(args, orl.utils.get_strategy(args), settings, "/models/x", 10)
     assert stack.engines == ["engine0"] and stack.dp_ranks == 2
     eng = calls["engines"]
     assert eng["num_engines"] == 2 and eng["max_model_len"] == args.data.max_len and eng["shared_pg"] is not None
@@ -373,7 +373,7 @@ def ray_cluster(orl):
 
     from g2po_bench.algorithms.backends.openrlhf.cluster import worker_runtime_env
 
-    path = os.pathsep.join([str(ROOT)] + ([str(STUBS)] if orl.stubbed else []))
+    path = os.pathsep.join([str(ROOT / "tests")] + ([str(STUBS)] if orl.stubbed else []))
     ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False,
              runtime_env=worker_runtime_env({"PYTHONPATH": path, "OMP_NUM_THREADS": "1"}))
     yield ray
@@ -397,11 +397,11 @@ def test_ray_rollout_side_with_a_cpu_policy(orl, ray_cluster, tiny_model):
 
     cfg = load_config(overrides=["backend=openrlhf", "env.name=toy", "train.max_response_tokens=6",
                                  "train.micro_batch_size=4", "train.mini_batch_size=8", "train.group_size=3"])
-    settings = orl.settings.OpenRLHFSettings(device="cpu", num_nodes=1, gpus_per_node=1,
-                                             vllm_num_engines=2).resolved()
+    workers = orl.cpu_workers.CPUWorkers()
+    settings = workers.resolve(orl.settings.OpenRLHFSettings(num_nodes=1, gpus_per_node=1, vllm_num_engines=2))
     args, _ = parsed_args(orl, cfg, settings, model_path=str(tiny_model))
     strategy = orl.utils.get_strategy(args)
-    stack = orl.trainer.build_stack(args, strategy, settings, str(tiny_model), max_steps=4)
+    stack = workers.build(args, strategy, settings, str(tiny_model), max_steps=4)
     tok = orl.trainer.load_tokenizer(tiny_model)
     policy = orl.policy.EnginePolicy(stack.engines, tok, max_prompt_tokens=cfg.train.max_prompt_tokens,
                                      sampling_params=stack.sampling_params)
@@ -451,7 +451,7 @@ def test_ray_rollout_side_with_a_cpu_policy(orl, ray_cluster, tiny_model):
             seen += 1
     assert seen == len(rb.steps)
 
-    # the update path through the CPU stand-in (algorithms/backends/openrlhf/cpu.py), not OpenRLHF's
+    # the update path through the CPU stand-in (tests/openrlhf_standins.py), not OpenRLHF's
     # DeepSpeed ppo_train: append the experiences to the actor group, CPUModelActor.fit (one PPO
     # pass with OpenRLHF's PolicyLoss / compute_approx_kl / aggregate_loss and torch AdamW), then
     # broadcast_to_vllm, which makes each HFRolloutEngine stand-in load the actor's weights
@@ -468,15 +468,15 @@ def test_ray_rollout_side_with_a_cpu_policy(orl, ray_cluster, tiny_model):
 # ---------------------------------------------------------------------------- the CLI, end to end
 @pytest.mark.slow
 def test_g2po_train_backend_openrlhf_dry_run_on_cpu_and_resume(orl, tmp_path):
-    """``g2po train backend=openrlhf`` with the CPU stand-ins (openrlhf.device=cpu): Ray started
+    """``g2po train backend=openrlhf`` with the CPU stand-ins injected (tests/openrlhf_cpu_train.py): Ray started
     locally, two iterations writing the run folder with seconds per phase, step tables and
     ``timing.json`` (the run lifecycle shared with the local backend); a resume stopped by SIGTERM
     in its second iteration (the lifecycle's signal policy: ``interrupted``, exit status 143, only
     checkpointed iterations recorded), then resumed to the end."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([str(STUBS)] if orl.stubbed else [])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests")] + ([str(STUBS)] if orl.stubbed else [])
                                         + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    env.update({"G2PO_OPENRLHF_DEVICE": "cpu", "G2PO_OPENRLHF_VLLM_NUM_ENGINES": "1", "OMP_NUM_THREADS": "1",
+    env.update({"G2PO_OPENRLHF_VLLM_NUM_ENGINES": "1", "OMP_NUM_THREADS": "1",
                 "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"})
     for k in ("G2PO_NUM_NODES", "SLURM_JOB_ID", "RAY_ADDRESS"):
         env.pop(k, None)
@@ -491,7 +491,7 @@ def test_g2po_train_backend_openrlhf_dry_run_on_cpu_and_resume(orl, tmp_path):
         common.append("logging.backends=[jsonl,console,tensorboard]")
 
     def argv(*extra):
-        return [sys.executable, "-m", "g2po_bench.cli", "train", *common, *extra]
+        return [sys.executable, str(ROOT / "tests" / "openrlhf_cpu_train.py"), *common, *extra]
 
     def g2po(*extra):
         res = subprocess.run(argv(*extra), cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)

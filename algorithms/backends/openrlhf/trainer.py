@@ -62,7 +62,6 @@ from g2po_bench.algorithms.backends.common import (
 )
 from g2po_bench.algorithms.backends.lifecycle import RunLifecycle
 from g2po_bench.algorithms.backends.local.trainer import LocalTrainer
-from g2po_bench.algorithms.backends.openrlhf import cpu
 from g2po_bench.algorithms.backends.openrlhf.args import build_argv, parse_openrlhf_args
 from g2po_bench.algorithms.backends.openrlhf.cluster import (
     RayCluster,
@@ -86,7 +85,7 @@ from g2po_bench.core.config import RunConfig
 from g2po_bench.core.rundir import RunDir, atomic_write_json, atomic_write_text
 from g2po_bench.core.tracking import RunPictures
 
-__all__ = ["StepPPOTrainer", "OpenRLHFTrainer", "Stack", "build_stack", "load_tokenizer", "train"]
+__all__ = ["StepPPOTrainer", "OpenRLHFTrainer", "Stack", "Workers", "load_tokenizer", "train"]
 
 
 def load_tokenizer(path: str | os.PathLike):
@@ -170,34 +169,48 @@ class Stack:
     dp_ranks: int
 
 
-def build_stack(args, strategy, settings: OpenRLHFSettings, model_path: str, max_steps: int) -> Stack:
-    """Create and initialise the vLLM engines and the actor, reference and critic groups
-    (OpenRLHF's own composition, as in ``openrlhf.cli.train_ppo_ray.train``), or their CPU
-    stand-ins when ``settings.device == "cpu"``."""
-    from openrlhf.trainer.ray.launcher import RayActorGroup
+class Workers:
+    """Where the OpenRLHF backend's Ray workers come from: OpenRLHF's own composition (as in
+    ``openrlhf.cli.train_ppo_ray.train``): vLLM engines and the actor, reference and critic groups
+    on DeepSpeed, on the GPUs of the allocation.
 
-    nodes, gpn = args.actor.num_nodes, args.actor.num_gpus_per_node
-    use_ref = args.algo.kl.init_coef > 0
-    if settings.device == "cpu":
+    The trainer takes another ``Workers`` through ``OpenRLHFTrainer(cfg, workers=...)``: workers
+    with the same remote interfaces (the test suite's CPU stand-ins, ``tests/openrlhf_cpu_workers.py``),
+    with no switch in the product.
+    """
 
-        engines = [ray.remote(num_cpus=0)(cpu.HFRolloutEngine).remote(model_path)
-                   for _ in range(args.vllm.num_engines)]
+    def resolve(self, settings: OpenRLHFSettings, *, needs_ref: bool = True,
+                needs_critic: bool = False) -> OpenRLHFSettings:
+        """The resource layout with every ``0``/``auto`` filled in and checked
+        (:meth:`.settings.OpenRLHFSettings.resolved`). Raises ValueError for a layout that does
+        not fit the GPUs."""
+        return settings.resolved(needs_ref=needs_ref, needs_critic=needs_critic)
 
-        def group(cls):
-            return RayActorGroup(1, 1, ray.remote(num_cpus=0)(cls), pg=None, num_gpus_per_actor=0)
+    def ray_resources(self) -> dict[str, Any]:
+        """Resources of a Ray cluster the trainer starts itself (``{}``: Ray detects them)."""
+        return {}
 
-        actor = group(cpu.CPUModelActor)
-        ref = group(cpu.CPUReferenceActor) if use_ref else None
-        critic = group(cpu.CPUCriticActor) if args.critic.model_name_or_path else None
-        sampling = cpu.cpu_sampling_params
-        dp = 1
-    else:
+    def worker_env(self) -> dict[str, str]:
+        """Environment variables the Ray workers need beyond :func:`.cluster.worker_runtime_env`'s."""
+        return {}
+
+    def build(self, args, strategy, settings: OpenRLHFSettings, model_path: str, max_steps: int) -> Stack:
+        """Create and initialise the engines and model groups of one run.
+
+        Args:
+            args: OpenRLHF's parsed arguments (:func:`.args.parse_openrlhf_args`).
+            strategy: OpenRLHF's DeepSpeed strategy.
+            settings: the resolved layout.
+            model_path: the starting model folder.
+            max_steps: optimizer steps of the run (sizes the schedulers).
+        """
         from openrlhf.trainer.ray import create_vllm_engines
-        from openrlhf.trainer.ray.launcher import ReferenceModelActor
+        from openrlhf.trainer.ray.launcher import RayActorGroup, ReferenceModelActor
         from openrlhf.trainer.ray.ppo_actor import PolicyModelActor
         from openrlhf.trainer.ray.ppo_critic import CriticModelActor
         from ray.util.placement_group import placement_group
 
+        nodes, gpn = args.actor.num_nodes, args.actor.num_gpus_per_node
         pg = None
         if args.train.colocate_all or args.train.colocate_actor_ref:
             pg = placement_group([{"GPU": 1, "CPU": 1} for _ in range(nodes * gpn)], strategy="PACK")
@@ -210,21 +223,27 @@ def build_stack(args, strategy, settings: OpenRLHFSettings, model_path: str, max
         share = 0.2 if pg else 1
         actor = RayActorGroup(nodes, gpn, PolicyModelActor, pg=pg, num_gpus_per_actor=share)
         ref = (RayActorGroup(args.ref.num_nodes, args.ref.num_gpus_per_node, ReferenceModelActor, pg=pg,
-                             num_gpus_per_actor=share) if use_ref else None)
+                             num_gpus_per_actor=share) if args.algo.kl.init_coef > 0 else None)
         critic = None
         if args.critic.model_name_or_path:
             cpg = pg if args.train.colocate_all else None
             critic = RayActorGroup(args.critic.num_nodes, args.critic.num_gpus_per_node, CriticModelActor,
                                    pg=cpg, num_gpus_per_actor=0.2 if cpg else 1)
-        sampling = vllm_sampling_params
-        dp = nodes * gpn
-    refs = actor.async_init_model_from_pretrained(strategy, model_path, max_steps, engines)
-    if ref is not None:
-        refs.extend(ref.async_init_model_from_pretrained(strategy, model_path))
-    ray.get(refs)
-    if critic is not None:  # the critic's scheduler is sized after the actor's (OpenRLHF's order)
-        ray.get(critic.async_init_model_from_pretrained(strategy, model_path, max_steps))
-    return Stack(engines=engines, actor=actor, reference=ref, critic=critic, sampling_params=sampling, dp_ranks=dp)
+        return self.initialise(Stack(engines=engines, actor=actor, reference=ref, critic=critic,
+                                     sampling_params=vllm_sampling_params, dp_ranks=nodes * gpn),
+                               strategy, model_path, max_steps)
+
+    @staticmethod
+    def initialise(stack: Stack, strategy, model_path: str, max_steps: int) -> Stack:
+        """Load the starting model into every group of ``stack`` (the critic after the actor: its
+        scheduler is sized after the actor's, OpenRLHF's order); returns ``stack``."""
+        refs = stack.actor.async_init_model_from_pretrained(strategy, model_path, max_steps, stack.engines)
+        if stack.reference is not None:
+            refs.extend(stack.reference.async_init_model_from_pretrained(strategy, model_path))
+        ray.get(refs)
+        if stack.critic is not None:
+            ray.get(stack.critic.async_init_model_from_pretrained(strategy, model_path, max_steps))
+        return stack
 
 
 class OpenRLHFTrainer:
@@ -235,11 +254,13 @@ class OpenRLHFTrainer:
         console: rich console for progress lines (optional).
         settings: the resource layout (default :func:`.settings.load_settings`).
         pictures: draws the tracker pictures (:class:`g2po_bench.core.tracking.RunPictures`; optional).
+        workers: where the Ray workers come from (default :class:`Workers`: OpenRLHF's on GPUs).
     """
 
     def __init__(self, cfg: RunConfig, console=None, settings: OpenRLHFSettings | None = None,
-                 pictures: RunPictures | None = None):
+                 pictures: RunPictures | None = None, workers: Workers | None = None):
         self.cfg = cfg
+        self.workers = workers if workers is not None else Workers()
         self.console = console
         self.settings = settings if settings is not None else load_settings(cfg)
         self.lifecycle = RunLifecycle(cfg, backend="openrlhf", console=console, log=self.log, truncation_log=self.log,
@@ -271,7 +292,7 @@ class OpenRLHFTrainer:
     def _run_head(self, alloc) -> RunDir:
         cfg = self.cfg
         lc = self.lifecycle
-        settings = self.settings.resolved(needs_ref=cfg.train.kl_coef > 0, needs_critic=needs_critic(cfg))
+        settings = self.workers.resolve(self.settings, needs_ref=cfg.train.kl_coef > 0, needs_critic=needs_critic(cfg))
         lc.start()
         atomic_write_json(self.run.root / "openrlhf.json", {
             "settings": settings.as_dict(), "allocation": dataclasses.asdict(alloc)})
@@ -284,10 +305,9 @@ class OpenRLHFTrainer:
                 model_path = self._starting_model(pool, train_tasks)
                 self.tokenizer = load_tokenizer(model_path)
                 resuming = bool(cfg.resume and (self.ckpt_root / "_actor").exists())
-                cpu = settings.device == "cpu"
                 with RayCluster(alloc, address=settings.ray_address, node_wait_s=settings.node_wait_s,
-                                num_cpus=max(2, os.cpu_count() or 2) if cpu else None, num_gpus=0 if cpu else None,
-                                runtime_env=worker_runtime_env(_extra_worker_env()), log=self.log):
+                                runtime_env=worker_runtime_env({**_extra_worker_env(), **self.workers.worker_env()}),
+                                log=self.log, **self.workers.ray_resources()):
                     # a stop checkpoints the last complete iteration here, while the workers are up
                     with lc.checkpoint_on_stop():
                         with self.progress.phase("OpenRLHF workers", key="workers"):
@@ -338,9 +358,9 @@ class OpenRLHFTrainer:
             self.log(f"OpenRLHF: {m}")
         strategy = get_strategy(self.args)
         t0 = time.time()
-        self.stack = build_stack(self.args, strategy, settings, model_path, _max_steps(self.args, cfg))
+        self.stack = self.workers.build(self.args, strategy, settings, model_path, _max_steps(self.args, cfg))
         self.log(f"OpenRLHF workers ready in {time.time() - t0:.0f} s: {settings.vllm_num_engines} vLLM engine(s), "
-                 f"actor on {self.stack.dp_ranks} rank(s), device {settings.device}")
+                 f"actor on {self.stack.dp_ranks} rank(s)")
         self.trainer = StepPPOTrainer(strategy, self.stack.actor, self.stack.critic, self.stack.reference,
                                       self.stack.engines, self.tokenizer, cfg=cfg, dp_ranks=self.stack.dp_ranks)
         self.policy = EnginePolicy(self.stack.engines, self.tokenizer, max_prompt_tokens=cfg.train.max_prompt_tokens,
@@ -474,7 +494,7 @@ logged as ``openrlhf/<key>``."""
 
 
 def _extra_worker_env() -> dict[str, str]:
-    # variables the workers need beyond worker_runtime_env's defaults (e.g. a CPU dry run's PYTHONPATH)
+    # the suite's own and NCCL's/vLLM's variables of this process, passed on to the workers
     return {k: v for k, v in os.environ.items() if k.startswith(("G2PO_", "NCCL_", "VLLM_"))}
 
 
