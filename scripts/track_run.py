@@ -31,9 +31,10 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> int:
     from g2po_bench.analysis.pictures import AnalysisPictures
-    from g2po_bench.core.config import ConfigError, config_to_dict, config_to_yaml, load_config
+    from g2po_bench.core.config import ConfigError, config_to_dict, config_to_yaml
     from g2po_bench.core.rundir import RunDir, machine_label
     from g2po_bench.core.tracking import Tracker, TrackingError, run_steps
+    from g2po_bench.runconfig import load_config
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run", help="a run folder (config.yaml, metrics.jsonl, eval.json)")

@@ -23,7 +23,7 @@ from tracker_files import (
     wandb_run_record,
 )
 
-from g2po_bench.core.config import ConfigError, config_hash, load_config, resolve_run_id
+from g2po_bench.core.config import ConfigError, config_hash, resolve_run_id
 from g2po_bench.core.rundir import read_jsonl
 from g2po_bench.core.tracking import (
     Tracker,
@@ -32,6 +32,7 @@ from g2po_bench.core.tracking import (
     evaluation_scalars,
     metric_scalars,
 )
+from g2po_bench.runconfig import load_config
 
 pytest.importorskip("tensorboard", reason="pip install 'g2po-bench[tracking]'")
 pytest.importorskip("wandb", reason="pip install 'g2po-bench[tracking]'")
