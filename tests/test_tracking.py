@@ -17,6 +17,7 @@ import yaml
 from tracker_files import (
     tensorboard_accumulator,
     tensorboard_scalars,
+    wait_for_wandb_run_record,
     wandb_config,
     wandb_history,
     wandb_offline_runs,
@@ -271,6 +272,9 @@ def test_a_killed_and_resumed_run_keeps_one_continuous_series(tmp_path, monkeypa
     proc = tp.start_training(tmp_path, *extra)
     try:
         tp.wait_for_iteration(tmp_path, 2, proc, timeout=TIMEOUT)
+        # the kill comes once W&B's service has written the run record (under load it may still
+        # hold it; what it held at a kill is lost, which is not what this test is about)
+        wait_for_wandb_run_record(tp.run_dir(tmp_path), timeout=TIMEOUT)
         tp.signal_job(proc.pid, signal.SIGKILL)
         assert proc.wait(timeout=TIMEOUT) == -signal.SIGKILL
     finally:

@@ -84,6 +84,25 @@ def wandb_history(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
+def wait_for_wandb_run_record(folder: str | Path, timeout: float) -> None:
+    """Wait until an offline W&B run under ``folder`` has its ``run`` record on disk (W&B's
+    service writes it on its own schedule; a run killed before that has none).
+
+    Raises:
+        AssertionError: none after ``timeout`` seconds.
+    """
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for f in wandb_offline_runs(folder):
+            try:
+                if any(r.WhichOneof("record_type") == "run" for r in wandb_records(f, wait_s=0)):
+                    return
+            except Exception:  # noqa: BLE001 - a record still being written: read again
+                pass
+        time.sleep(0.2)
+    raise AssertionError(f"no offline W&B run with a run record under {folder} after {timeout} s")
+
+
 def wandb_run_record(path: str | Path) -> Any:
     """The ``run`` record of a ``.wandb`` file (id, display name, group, tags, config)."""
     for r in wandb_records(path):

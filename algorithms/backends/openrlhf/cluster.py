@@ -31,15 +31,20 @@ node sees (DeepSpeed rank 0 may live on another node than the driver).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from g2po_bench.benchmarks.shutdown import preempt_signal
 
 __all__ = ["Allocation", "read_allocation", "expand_nodelist", "RayCluster", "join_as_worker",
            "worker_runtime_env", "ray_start_commands"]
@@ -203,6 +208,25 @@ def join_as_worker(alloc: Allocation, *, wait_s: float = 900.0) -> int:
     return subprocess.run(ray_start_commands(alloc)["worker"], check=False).returncode
 
 
+@contextlib.contextmanager
+def _keeping_signal_handlers() -> Iterator[None]:
+    """Around ``ray.init``: put back the handlers of SIGTERM, SIGINT and the preemption signal
+    that were installed before. ``ray.init`` replaces SIGTERM's with its own (``sys.exit``) and
+    Ray's core worker adds a C++ failure handler that aborts the process (exit -6), so without this
+    the run lifecycle's stop policy (checkpoint, ``interrupted``, exit 143) never runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    sigs = {signal.SIGTERM, signal.SIGINT, preempt_signal()}
+    saved = {sig: signal.getsignal(sig) for sig in sigs}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+
+
 class RayCluster:
     """Context manager: Ray connected for the driver (see the module docstring).
 
@@ -232,6 +256,12 @@ class RayCluster:
 
         if ray.is_initialized():
             return self
+        with _keeping_signal_handlers():
+            self._init(ray)
+        self.owns_ray = True
+        return self
+
+    def _init(self, ray) -> None:
         common = dict(runtime_env=self.runtime_env, log_to_driver=True)
         if self.address:
             self.log(f"joining the Ray cluster at {self.address}")
@@ -249,8 +279,6 @@ class RayCluster:
             self._wait_for_nodes(ray)
         else:
             ray.init(num_cpus=self.num_cpus, num_gpus=self.num_gpus, include_dashboard=False, **common)
-        self.owns_ray = True
-        return self
 
     def _wait_for_nodes(self, ray) -> None:
         deadline = time.time() + self.node_wait_s
