@@ -8,7 +8,8 @@ One iteration (ALGORITHMS.md "Training loop facts"; verl-agent's step-level PPO 
    PPO also runs the critic for V(s_t).
 3. **Old and reference log-probs**: forward passes without gradient (the old ones are the sampler's
    own with ``train.old_logprobs=sampler``, the float32 default).
-4. **Update**: ``ppo_epochs`` passes over shuffled mini-batches of step samples; per token
+4. **Update**: ``ppo_epochs`` passes over shuffled mini-batches of step samples (cut by
+   ``train.mini_batch_split``, :mod:`g2po_bench.algorithms.backends.batching`); per token
    ``clipped PPO loss(A_step) + kl_coef * KL_k3(pi || pi_ref) - entropy_coef * H``,
    token-mean over the mini-batch, gradient clipping; environment text never enters the
    loss (only response tokens are scored).
@@ -54,6 +55,7 @@ import numpy as np
 import torch
 
 from g2po_bench.algorithms import losses
+from g2po_bench.algorithms.backends.batching import split_mini_batches
 from g2po_bench.algorithms.backends.common import (
     TruncationWarnings,
     at_train_temperature,
@@ -429,8 +431,7 @@ class LocalTrainer:
         grad_norms = []
         for _ in range(cfg.ppo_epochs):
             order = rng.permutation(rows)
-            for s in range(0, len(order), cfg.mini_batch_size):
-                mini = list(order[s:s + cfg.mini_batch_size])
+            for mini in split_mini_batches(order, cfg.mini_batch_size, cfg.mini_batch_split):
                 mini.sort(key=lambda i: len(rb.prompt_ids[i]) + len(rb.response_ids[i]))
                 n_tok = sum(len(rb.response_ids[i]) for i in mini)
                 n_micro = -(-len(mini) // cfg.micro_batch_size)  # reference: mean over micro-batches
