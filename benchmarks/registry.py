@@ -13,7 +13,10 @@ Every benchmark package (``benchmarks/<name>/__init__.py``) exports the same int
 
 Optional: ``parse_response(text) -> ParsedAction`` (the benchmark's own action extraction;
 default :func:`g2po_bench.benchmarks.parsing.parse_response`), ``episode_set_score(trajectories)``
-(an evaluation ``score`` computed over all episodes, e.g. AppWorld's scenario completion) and
+(an evaluation ``score`` computed over all episodes, e.g. AppWorld's scenario completion),
+``EPISODE_SCORE_DEFAULT`` (the score of an episode that ends without the environment reporting
+one: WebShop's 0.0 for an episode that never buys, as the reference scores every episode; absent
+or None: the environment reports no score, e.g. ALFWorld) and
 ``preload_worker_modules()`` (imports the environments' libraries in the process that forks the
 environment workers, so that a new or recycled worker does not import them itself).
 """

@@ -210,10 +210,15 @@ def rollout_metrics(rb: RolloutBatch) -> dict[str, Any]:
     (tokens), ``train/truncated_prompts`` (this iteration's training steps whose prompt was
     cut to ``train.max_prompt_tokens``: a count per iteration, not a running total),
     ``train/truncated_responses`` (fraction of this iteration's steps whose response was cut
-    at ``train.max_response_tokens``), and the success rate per task type. Both truncation
-    figures come from the rollout (``Generation.info``), so every backend reports them alike."""
+    at ``train.max_response_tokens``), the success rate per task type, and where the environment
+    reports scores ``train/score`` (WebShop: mean reward x 100 over every episode, a non-buyer 0).
+    Both truncation figures come from the rollout (``Generation.info``), so every backend reports
+    them alike."""
     trajs = rb.trajectories
+    scores = [t.get("score") for t in trajs]
+    scored = {"train/score": float(np.mean(scores))} if trajs and all(s is not None for s in scores) else {}
     return {
+        **scored,
         "train/truncated_prompts": rb.truncated_prompts,
         "train/truncated_responses": rb.truncated_response_frac,
         "train/success_rate": rb.success_rate,

@@ -43,6 +43,7 @@ from g2po_bench.core.protocol import Task, state_key_rule
 __all__ = [
     "TASK_TYPES",
     "PROJECTION",
+    "EPISODE_SCORE_DEFAULT",
     "load_tasks",
     "make_env",
     "build_prompt",
@@ -57,6 +58,10 @@ __all__ = [
 ]
 
 TASK_TYPES = ("webshop",)
+#: the score of an episode that never buys (step limit, refusals, a crash): 0, as the reference
+#: (verl-agent's WebShop environment manager) scores every episode; the published "Score" column
+#: is the mean over all episodes of reward x 100 (:mod:`g2po_bench.benchmarks.registry`)
+EPISODE_SCORE_DEFAULT = 0.0
 #: the reference action projection (verl-agent ``webshop_projection``: 20-character fallback)
 PROJECTION = "webshop"
 

@@ -9,7 +9,8 @@ Layout of ``results/runs/<run_id>/`` (DESIGN.md "results/"):
 - ``eval.json``: evaluations: ``{"env", "panel", "history": [EVAL...], "before": EVAL,
   "final": EVAL, "best": EVAL}`` where EVAL = ``{"iteration", "success_rate" (fraction in
   [0, 1]), "per_task_type": {type: success_rate}, "num_episodes", "score" (WebShop: mean
-  reward x 100, else null), "mean_steps", "invalid_frac", "truncated_prompts" (steps whose
+  reward x 100 over every episode, 0 for one that never buys; else null), "episode_scores"
+  (WebShop: one score per episode), "mean_steps", "invalid_frac", "truncated_prompts" (steps whose
   prompt was cut to ``train.max_prompt_tokens``), "truncated_responses" (fraction of steps
   whose response was cut at ``train.max_response_tokens``)}``. ``before`` is the evaluation at
   iteration 0 (after any warm start, before RL). With ``eval.at_train_temperature`` (both
