@@ -27,8 +27,8 @@ update); the gap is then measured on the first mini-batch, whose forward pass ru
 that sampled.
 
 Evaluation on a fixed panel at ``eval.temperature`` before RL (after the warm start), every
-``eval.every`` iterations and at the end. A checkpoint (policy, optimizer, critic, RNG and
-trainer state) is written atomically every ``train.checkpoint_every`` iterations; a run with
+``eval.every`` iterations and at the end. A checkpoint (policy, optimizer, critic and its
+optimizer, RNG and trainer state) is written atomically every ``train.checkpoint_every`` iterations; a run with
 ``resume=true`` continues from it and loses at most the iterations since.
 
 Signals (SIGTERM, SIGINT, the preemption signal SIGUSR2): the policy of
@@ -525,8 +525,7 @@ class LocalTrainer:
         state = {"optimizer": self.optimizer.state_dict(),
                  "torch_rng": torch.get_rng_state(),
                  "python_rng": random.getstate()}
-        if self.critic is not None:
-            state["critic"] = self.critic.state_dict()
+        state.update(self._trained_state())
         torch.save(state, staging / "optim.pt")
         (staging / "trainer_state.json").write_text(json.dumps({
             "iteration": it, "eval_history": self.eval_history,
@@ -536,14 +535,36 @@ class LocalTrainer:
         self.run.replace_dir(staging, target)
         self._ckpt_iteration = it
 
+    def _trained_state(self) -> dict[str, Any]:
+        """What the run has trained besides the policy and its optimizer, for ``optim.pt``: the
+        critic's weights (``critic``) and its AdamW state (``critic_optimizer``: moments and step
+        count; without it a resumed PPO run restarts the critic's optimizer and its metrics drift
+        from an uninterrupted run's)."""
+        if self.critic is None:
+            return {}
+        return {"critic": self.critic.state_dict(), "critic_optimizer": self.critic.optimizer.state_dict()}
+
+    def _load_trained_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`_trained_state` from a checkpoint's ``optim.pt``; a checkpoint written
+        before the critic's optimizer was saved restores the weights and says that its optimizer
+        restarts."""
+        if self.critic is None or "critic" not in state:
+            return
+        self.critic.load_state_dict(state["critic"])
+        if "critic_optimizer" in state:
+            self.critic.optimizer.load_state_dict(state["critic_optimizer"])
+        else:
+            self.log("the checkpoint holds the critic's weights but not its optimizer state (written by an "
+                     "earlier version): the critic's AdamW restarts, so this run will not match an "
+                     "uninterrupted one")
+
     def _load_checkpoint(self, ckpt: Path) -> None:
         meta = json.loads((ckpt / "trainer_state.json").read_text())
         state = torch.load(ckpt / "optim.pt", weights_only=False)
         self.optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["python_rng"])
-        if self.critic is not None and "critic" in state:
-            self.critic.load_state_dict(state["critic"])
+        self._load_trained_state(state)
         self.start_iteration = int(meta["iteration"]) + 1
         self._ckpt_iteration = int(meta["iteration"])
         self.eval_history = meta["eval_history"]
