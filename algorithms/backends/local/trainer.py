@@ -323,9 +323,13 @@ class LocalTrainer:
         upd = self._update(rb, res.advantages)
         if self.critic is not None:
             returns = res.returns if res.returns is not None else res.advantages + values
+            t = cfg.train
             upd.update(self.critic.fit(rb.prompt_ids, returns, values, self.tokenizer.pad_token_id,
-                                       clip=cfg.train.value_clip, batch_size=cfg.train.micro_batch_size,
-                                       epochs=cfg.train.ppo_epochs, seed=cfg.seed + it))
+                                       clip=t.value_clip, mini_batch_size=t.mini_batch_size,
+                                       micro_batch_size=t.micro_batch_size,
+                                       response_lengths=[max(len(r), 1) for r in rb.response_ids],
+                                       loss_agg_mode=t.loss_agg_mode, mini_batch_split=t.mini_batch_split,
+                                       epochs=t.ppo_epochs, seed=cfg.seed + it))
         t_upd = time.time()
         rec: dict[str, Any] = {
             "iteration": it,
