@@ -118,7 +118,7 @@ def evaluate(
         steps whose prompt was cut to the policy's ``max_prompt_tokens``), ``truncated_responses``
         (fraction of steps whose response was cut at ``max_new_tokens``), and ``episodes``: one
         ``[task_id, success (0/1)]`` pair per episode in panel order (paired comparisons of two
-        evaluations of the same panel).
+        evaluations of the same panel), and ``panel_size`` (tasks in the panel).
     """
     trajs: list[dict[str, Any]] = []
     invalid = 0
@@ -159,6 +159,7 @@ def evaluate(
         "episodes": [[t["task_id"], int(t["success"])] for t in trajs],
         **({"episode_scores": episode_scores} if episode_scores is not None else {}),
         "num_episodes": len(trajs),
+        "panel_size": len(panel),
         "score": float(np.mean(scores)) if scores else None,
         "mean_steps": float(np.mean([t["num_steps"] for t in trajs])) if trajs else 0.0,
         "invalid_frac": invalid / steps if steps else 0.0,

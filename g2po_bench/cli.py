@@ -211,11 +211,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     """Exception types that mean bad input (a config key or value, a missing or malformed data
     folder): printed as one line with exit code 2, never as a traceback."""
     from g2po_bench.benchmarks.alfworld.games import AlfworldDataError
-    from g2po_bench.benchmarks.loading import SplitTooSmallError
+    from g2po_bench.benchmarks.loading import SplitCountError, SplitTooSmallError
     from g2po_bench.benchmarks.webshop.products import ProductDataError
     from g2po_bench.core.config import ConfigError
 
-    return ConfigError, AlfworldDataError, ProductDataError, SplitTooSmallError
+    return ConfigError, AlfworldDataError, ProductDataError, SplitTooSmallError, SplitCountError
 
 
 _OWN_PACKAGES = ("algorithms", "analysis", "baselines", "benchmarks", "g2po", "results", "sweeps")

@@ -34,6 +34,8 @@ def test_training_writes_a_complete_run_folder(tmp_path, algorithm):
     ev = json.loads(run.eval_path.read_text())
     assert ev["before"]["iteration"] == 0 and ev["final"]["iteration"] == 2
     assert ev["final"]["num_episodes"] == 3
+    # the panel size is recorded (issue 39, item 5): eval.num_tasks=3 of the toy's split
+    assert ev["panel"]["size"] == 3 and ev["final"]["panel_size"] == 3
     assert json.loads(run.status_path.read_text())["state"] == "done"
     assert (run.checkpoint_dir / "policy" / "config.json").exists()
     # the tiny model's marker travels with the checkpoint (env.prompt=auto picks its prompt)

@@ -76,12 +76,15 @@ def step_advantages(cfg, rollouts, values: np.ndarray | None = None) -> Advantag
 def eval_summary(cfg, history: list[dict[str, Any]]) -> dict[str, Any]:
     """The ``eval.json`` content for an evaluation ``history`` (EVAL records, oldest first):
     ``before`` is the iteration-0 evaluation, ``final`` the last, ``best`` the highest success
-    (ties: higher score, then earlier iteration)."""
+    (ties: higher score, then earlier iteration). ``panel`` records the split, ``num_tasks`` asked
+    for, ``size`` (tasks in the panel played, from the latest evaluation), episodes per task and
+    temperature."""
     best = max(history, key=lambda e: (e["success_rate"], -np.inf if e.get("score") is None else e["score"],
                                        -e["iteration"]))
     return {
         "env": cfg.env.name,
         "panel": {"split": cfg.env.eval_split, "num_tasks": cfg.eval.num_tasks,
+                  "size": history[-1].get("panel_size"),
                   "episodes_per_task": cfg.eval.episodes_per_task, "temperature": cfg.eval.temperature},
         "history": history,
         "before": next((e for e in history if e["iteration"] == 0), None),

@@ -6,11 +6,12 @@ Layout of ``results/runs/<run_id>/`` (DESIGN.md "results/"):
 - ``metrics.jsonl``: one JSON object per training iteration, appended as the run goes
   (keys: ``iteration`` (1-based), ``time_s`` (seconds since start), ``train/...``,
   ``loss/...``, ``adv/...`` estimator diagnostics, ``eval/...`` on evaluation iterations).
-- ``eval.json``: evaluations: ``{"env", "panel", "history": [EVAL...], "before": EVAL,
+- ``eval.json``: evaluations: ``{"env", "panel" ({"split", "num_tasks", "size" (tasks in the
+  panel played), "episodes_per_task", "temperature"}), "history": [EVAL...], "before": EVAL,
   "final": EVAL, "best": EVAL}`` where EVAL = ``{"iteration", "success_rate" (fraction in
   [0, 1]), "per_task_type": {type: success_rate}, "num_episodes", "score" (WebShop: mean
   reward x 100 over every episode, 0 for one that never buys; else null), "episode_scores"
-  (WebShop: one score per episode), "mean_steps", "invalid_frac", "truncated_prompts" (steps whose
+  (WebShop: one score per episode), "panel_size", "mean_steps", "invalid_frac", "truncated_prompts" (steps whose
   prompt was cut to ``train.max_prompt_tokens``), "truncated_responses" (fraction of steps
   whose response was cut at ``train.max_response_tokens``)}``. ``before`` is the evaluation at
   iteration 0 (after any warm start, before RL). With ``eval.at_train_temperature`` (both
