@@ -30,7 +30,7 @@ from g2po_bench.algorithms.registry import AdvantageResult, estimate, estimator_
 from g2po_bench.benchmarks.evaluation import evaluate, select_panel
 from g2po_bench.benchmarks.rollout import RolloutBatch, collect_rollouts, success_by_task_type
 
-__all__ = ["needs_critic", "estimator_options", "step_advantages", "eval_summary", "eval_record",
+__all__ = ["STALE_SAMPLER_GAP", "StaleSamplerWarning", "SamplerGapMonitor", "needs_critic", "estimator_options", "step_advantages", "eval_summary", "eval_record",
            "at_train_temperature", "train_temperature_eval_due", "load_task_splits",
            "training_rollouts", "evaluate_panel", "record_evaluation", "rollout_metrics", "eval_metrics",
            "step_table_columns", "record_step_table", "ACTION_CHARS", "TruncationWarnings",
@@ -316,6 +316,66 @@ def record_step_table(run_root, cfg, rb: RolloutBatch, res: AdvantageResult, ite
 
 class PromptTruncationWarning(UserWarning):
     """Prompts were longer than ``train.max_prompt_tokens`` and kept only their last tokens."""
+
+
+#: ``train/sampler_logprob_gap`` (mean absolute difference per token between the sampler's own
+#: log-probs and the trainer's old log-probs of the same tokens) above which the sampler is taken
+#: to have drawn from other weights than the trainer's old policy (a stale sampler, TRL issue
+#: 5312), per compute dtype (``model.dtype``). Measured on the tiny default-size model (hidden 128,
+#: 2 layers, vocabulary 1024; 6 prompts x 24 tokens, 4 batches; 2-core AMD EPYC CPU, torch 2.13):
+#: same weights 1.3e-7 - 2.0e-7 in float32 and 4.7e-4 - 7.1e-4 in bfloat16 (rounding noise); one
+#: update behind, float32: 4.1e-2 - 1.6e-1 at lr 3e-4 (the CPU default), 1.9e-4 - 5.8e-4 at lr 1e-6
+#: (the reference's). The float32 threshold sits 500x above its noise and catches both; the bfloat16
+#: one 7x above the noise measured there (GPU kernels and large models were not measured): a
+#: sampler one update behind at lr 1e-6 stays under bfloat16 noise and cannot be told from it.
+STALE_SAMPLER_GAP = {"float32": 1e-4, "bfloat16": 5e-3}
+
+
+class StaleSamplerWarning(UserWarning):
+    """``train/sampler_logprob_gap`` exceeded :data:`STALE_SAMPLER_GAP`: the sampler's weights
+    differ from the trainer's old policy."""
+
+
+class SamplerGapMonitor:
+    """Warn once per run when ``train/sampler_logprob_gap`` exceeds the threshold of the compute
+    dtype (:data:`STALE_SAMPLER_GAP`), naming the iteration.
+
+    Args:
+        compute_dtype: ``model.dtype`` ("float32" or "bfloat16"; another name uses the bfloat16 one).
+        log: ``log(message)`` (the trainer's console); None issues a :class:`StaleSamplerWarning`.
+        warned: the ``record`` of an earlier warning of this run (a resumed run warns no second time).
+
+    Call :meth:`observe` with each iteration's metrics record; :attr:`record` is then
+    ``{"iteration", "gap", "threshold", "compute_dtype"}`` of the warning (None before), what the
+    run keeps in ``status.json`` ``warnings.stale_sampler``.
+    """
+
+    def __init__(self, compute_dtype: str, log=None, warned: dict[str, Any] | None = None):
+        self.compute_dtype = str(compute_dtype)
+        self.threshold = STALE_SAMPLER_GAP.get(self.compute_dtype, STALE_SAMPLER_GAP["bfloat16"])
+        self.log = log
+        self.record: dict[str, Any] | None = dict(warned) if warned else None
+
+    def observe(self, rec: dict[str, Any], iteration: int) -> str | None:
+        """The warning issued for this record (None when the gap is absent, within the threshold,
+        or the run has warned before)."""
+        gap = rec.get("train/sampler_logprob_gap")
+        if gap is None or self.record is not None or not gap > self.threshold:
+            return None
+        self.record = {"iteration": int(iteration), "gap": float(gap), "threshold": self.threshold,
+                       "compute_dtype": self.compute_dtype}
+        msg = (f"warning: the sampler drew from other weights than the trainer's at iteration {iteration}: "
+               f"train/sampler_logprob_gap {gap:.3g} > {self.threshold:g} (the {self.compute_dtype} rounding noise "
+               "stays below it), so the PPO ratio and the KL are computed against another policy than the one "
+               "that sampled. Check that the sampler's weights are updated after every optimizer step. "
+               "Recorded in status.json warnings.stale_sampler (warned once).")
+        if self.log is not None:
+            self.log(msg)
+        else:
+            import warnings
+
+            warnings.warn(msg, StaleSamplerWarning, stacklevel=2)
+        return msg
 
 
 class TruncationWarnings:

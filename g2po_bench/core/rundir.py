@@ -21,7 +21,9 @@ Layout of ``results/runs/<run_id>/`` (DESIGN.md "results/"):
   "total_iterations", "error", "updated", "code"}`` (``code``: :func:`code_version` of the
   process that wrote it, ``{"commit", "dirty"}`` or null outside a git checkout); ``interrupted``: stopped by a signal
   (:mod:`g2po_bench.benchmarks.shutdown`), ``iteration`` is that of the checkpoint a resume continues from
-  and ``error`` says which signal.
+  and ``error`` says which signal. ``warnings`` (only when there is one): what the run warned
+  about once, e.g. ``stale_sampler`` = ``{"iteration", "gap", "threshold", "compute_dtype"}``
+  (:class:`g2po_bench.algorithms.backends.common.SamplerGapMonitor`).
 - ``checkpoints/``: ``latest/`` (model, optimizer, trainer state), replaced atomically.
 - ``evals/<UTC time or name>/``: evaluations of the run's checkpoint by ``g2po eval --run``
   (``config.yaml`` as used, ``eval.json`` with ``"kind": "evaluation"``, ``run``,
@@ -228,6 +230,8 @@ class RunDir:
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
         self._code: dict[str, Any] | None | bool = False  # False: not looked up yet
+        #: what ``status.json`` ``warnings`` records (e.g. ``stale_sampler``); written with every status
+        self.warnings: dict[str, Any] = {}
 
     @property
     def run_id(self) -> str:
@@ -277,6 +281,7 @@ class RunDir:
                 "updated": time.time(),
                 "code": self.code,
                 "machine": machine_info(),
+                **({"warnings": self.warnings} if self.warnings else {}),
             },
         )
 

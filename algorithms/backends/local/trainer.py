@@ -21,7 +21,9 @@ passes under autocast; the frozen reference is a copy in ``model.dtype`` on ``tr
 response positions only, in chunks (:func:`g2po_bench.algorithms.backends.local.policy.response_logprobs`).
 Sampling and rescoring share one definition (:mod:`g2po_bench.algorithms.backends.local.sampling`),
 recorded in ``sampling.json``; the sampler's own log-probs are compared with the old log-probs
-every iteration (``train/sampler_logprob_gap``). With ``train.old_logprobs=sampler`` (the float32
+every iteration (``train/sampler_logprob_gap``; above the compute dtype's threshold a warning,
+once per run, names the iteration and ``status.json`` records it:
+:class:`g2po_bench.algorithms.backends.common.SamplerGapMonitor`). With ``train.old_logprobs=sampler`` (the float32
 default) the sampler's log-probs *are* the old log-probs (no forward pass of the policy before the
 update); the gap is then measured on the first mini-batch, whose forward pass runs on the weights
 that sampled.
@@ -57,6 +59,7 @@ import torch
 from g2po_bench.algorithms import losses
 from g2po_bench.algorithms.backends.batching import split_mini_batches
 from g2po_bench.algorithms.backends.common import (
+    SamplerGapMonitor,
     TruncationWarnings,
     at_train_temperature,
     eval_metrics,
@@ -129,6 +132,7 @@ class LocalTrainer:
         self._clean: tuple[int, tuple[Any, Any]] | None = None
         self._ckpt_iteration: int | None = None  # iteration of checkpoints/latest
         self.truncation = TruncationWarnings(cfg.train.max_prompt_tokens, log=self.log if console is not None else None)
+        self.sampler_gap = SamplerGapMonitor(cfg.model.dtype, log=self.log if console is not None else None)
         self.progress = RunProgress(console, enabled=cfg.progress)
         self.compute_dtype = compute_dtype(cfg.model.dtype)
         self.ref_device = self.device if cfg.train.ref_device == "auto" else torch.device(cfg.train.ref_device)
@@ -344,6 +348,8 @@ class LocalTrainer:
             rec["memory/rollout_peak_gb"] = mem_roll
             rec["memory/update_peak_gb"] = peak_memory_gb(self.device)
         self.truncation.observe(rec, it)
+        if self.sampler_gap.observe(rec, it):
+            self.run.warnings["stale_sampler"] = self.sampler_gap.record
         return rec
 
     def _rollouts_without_crashes(self, pool: EnvPool, train_tasks, it: int, on_step=None) -> RolloutBatch:
@@ -535,6 +541,7 @@ class LocalTrainer:
             "iteration": it, "eval_history": self.eval_history,
             "train_temperature_evals": self.train_temperature_evals,
             "elapsed_s": time.time() - self.metrics_t0,
+            "warnings": self.run.warnings,
         }))
         self.run.replace_dir(staging, target)
         self._ckpt_iteration = it
@@ -574,6 +581,9 @@ class LocalTrainer:
         self.eval_history = meta["eval_history"]
         self.train_temperature_evals = meta.get("train_temperature_evals", {})
         self.metrics_t0 = time.time() - float(meta.get("elapsed_s", 0.0))
+        self.run.warnings = dict(meta.get("warnings") or {})
+        if "stale_sampler" in self.run.warnings:
+            self.sampler_gap.record = dict(self.run.warnings["stale_sampler"])
         self.run.truncate_metrics(int(meta["iteration"]))
         if self.eval_history:
             self._write_eval()
