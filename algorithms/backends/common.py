@@ -321,13 +321,15 @@ class PromptTruncationWarning(UserWarning):
 #: ``train/sampler_logprob_gap`` (mean absolute difference per token between the sampler's own
 #: log-probs and the trainer's old log-probs of the same tokens) above which the sampler is taken
 #: to have drawn from other weights than the trainer's old policy (a stale sampler, TRL issue
-#: 5312), per compute dtype (``model.dtype``). Measured on the tiny default-size model (hidden 128,
-#: 2 layers, vocabulary 1024; 6 prompts x 24 tokens, 4 batches; 2-core AMD EPYC CPU, torch 2.13):
+#: 5312), per compute dtype (``model.dtype``). Measured with ``python scripts/sampler_gap.py`` on the
+#: tiny default-size model (hidden 128, 2 layers, vocabulary 1024; 6 prompts x 24 tokens, 4 batches;
+#: 2-core AMD EPYC CPU, torch 2.13):
 #: same weights 1.3e-7 - 2.0e-7 in float32 and 4.7e-4 - 7.1e-4 in bfloat16 (rounding noise); one
 #: update behind, float32: 4.1e-2 - 1.6e-1 at lr 3e-4 (the CPU default), 1.9e-4 - 5.8e-4 at lr 1e-6
 #: (the reference's). The float32 threshold sits 500x above its noise and catches both; the bfloat16
 #: one 7x above the noise measured there (GPU kernels and large models were not measured): a
-#: sampler one update behind at lr 1e-6 stays under bfloat16 noise and cannot be told from it.
+#: sampler one update behind at lr 1e-6 (7.5e-4 - 9.1e-4 in bfloat16) is within bfloat16 noise and
+#: cannot be told from it.
 STALE_SAMPLER_GAP = {"float32": 1e-4, "bfloat16": 5e-3}
 
 
