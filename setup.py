@@ -34,5 +34,8 @@ def packages() -> list[str]:
 setup(
     packages=packages(),
     package_dir=FOLDERS,
-    package_data={"": ["*.yaml", "*.csv", "*.json", "*.txt", "*.sh", "*.md"]},
+    # data files of the packages: presets (benchmarks/*/presets), sweep specs and the Slurm scripts,
+    # the published tables; never run records
+    package_data={"": ["*.yaml", "*.csv", "*.json", "*.txt", "*.sh", "*.md", "presets/*.yaml", "specs/*.yaml",
+                       "slurm/*.sh"]},
 )

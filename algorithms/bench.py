@@ -29,7 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from g2po_bench.algorithms.oracle import oracle_estimate
 from g2po_bench.algorithms.registry import available_estimators, estimate
+from g2po_bench.algorithms.synthetic import batch_with_rows, reference_batch
 
 __all__ = ["run_advantage_benchmark", "format_table", "main"]
 
@@ -37,7 +39,6 @@ REFERENCE = "reference"
 
 
 def _make_batch(size: int | str, seed: int):
-    from g2po_bench.algorithms.synthetic import batch_with_rows, reference_batch
 
     rng = np.random.default_rng(seed)
     if size == REFERENCE:
@@ -83,7 +84,6 @@ def run_advantage_benchmark(
     Raises:
         ValueError: repeats < 1 or an unknown estimator.
     """
-    from g2po_bench.algorithms.oracle import oracle_estimate
 
     if repeats < 1:
         raise ValueError("repeats must be >= 1")

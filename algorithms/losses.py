@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from g2po_bench.core.config import LOSS_AGG_MODES
+
 __all__ = [
     "KL_ESTIMATORS",
     "LOSS_AGG_MODES",
@@ -43,8 +45,7 @@ __all__ = [
 ]
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
-#: verl's ``agg_loss`` modes; "token-mean" is the reference default
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+# LOSS_AGG_MODES: verl's ``agg_loss`` modes ("token-mean" is the reference default), from the config schema
 
 
 def _check_same_shape(**tensors: torch.Tensor) -> None:

@@ -234,6 +234,7 @@ def register_estimator(
 
 def _ensure_builtins() -> None:
     # Importing the package registers the built-in estimators (algorithms/__init__.py).
+    # lazy: the package imports this module, and importing the package registers the built-ins
     import g2po_bench.algorithms  # noqa: F401
 
 

@@ -1,7 +1,7 @@
-"""``python -m analysis RESULTS_DIR --out DIR``: write the report (see :mod:`g2po_bench.analysis.report`)."""
+"""``python -m g2po_bench.analysis RESULTS_DIR --out DIR``: write the report (:mod:`g2po_bench.analysis.cli`)."""
 
 import sys
 
-from g2po_bench.analysis.report import main
+from g2po_bench.analysis.cli import main
 
 sys.exit(main())

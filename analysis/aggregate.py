@@ -41,7 +41,7 @@ from g2po_bench.analysis.naming import (
     env_metric_names,
     method_sort_key,
 )
-from g2po_bench.core.stats import DEFAULT_N_BOOT, bootstrap_ci
+from g2po_bench.core.stats import DEFAULT_N_BOOT, bootstrap_ci, paired_improvement_ci
 
 __all__ = [
     "mean_std",
@@ -298,8 +298,6 @@ def improvement_over_warm_start(
     """
     import json
 
-    from g2po_bench.core.stats import paired_improvement_ci
-
     rows = []
     if runs is None or runs.empty or "before.success_rate" not in runs:
         return pd.DataFrame(columns=["env", "model_size", "method_label", "seeds", "before", "final",
@@ -392,7 +390,6 @@ def method_differences(
         method_label, baseline_label, seeds, method_final, baseline_final, difference, ci_low,
         ci_high`` (success values in %, difference in points).
     """
-    from g2po_bench.core.stats import paired_improvement_ci
 
     cols = ["env", "model_size", "method_label", "baseline_label", "seeds", "method_final",
             "baseline_final", "difference", "ci_low", "ci_high"]

@@ -1,22 +1,25 @@
 """The ``report`` command's arguments and action, for wiring into the project CLI.
 
-Wiring (in ``g2po/cli.py``)::
+Wiring (in ``g2po_bench/cli.py``)::
 
     from g2po_bench.analysis.cli import add_report_arguments, run_report
     p = subparsers.add_parser("report", help="tables and figures from run folders")
     add_report_arguments(p)
     p.set_defaults(func=run_report)        # run_report(args) -> exit code
 
-Usage: ``g2po report RESULTS_DIR --out DIR`` (also ``python -m analysis RESULTS_DIR --out DIR``).
+Usage: ``g2po report RESULTS_DIR --out DIR`` (also ``python -m g2po_bench.analysis RESULTS_DIR --out DIR``).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["add_report_arguments", "run_report"]
+from g2po_bench.analysis.load import DuplicateRunsError, find_run_dirs
+
+__all__ = ["add_report_arguments", "run_report", "main"]
 
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -56,7 +59,7 @@ def run_report(args: argparse.Namespace) -> int:
     if getattr(args, "min_iterations", None) is not None and args.min_iterations < 0:
         print("error: --min-iterations must be >= 0", file=sys.stderr)
         return 2
-    from g2po_bench.analysis.load import DuplicateRunsError, find_run_dirs
+    # lazy: the report draws with matplotlib (about 1 s to import); `g2po --help` must not wait for it
     from g2po_bench.analysis.report import build_report
 
     if not find_run_dirs(results_dir):
@@ -90,3 +93,12 @@ def run_report(args: argparse.Namespace) -> int:
     for p in res.loaded.skipped:
         print(f"  skipped {p.run_id}: {p.reason}")
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m g2po_bench.analysis RESULTS_DIR --out DIR [--which best] [--n-boot N] [--seed S]
+    [--no-figures]``: :func:`run_report` on the parsed arguments; returns its exit code."""
+    parser = argparse.ArgumentParser(prog="g2po report",
+                                     description="Tables and figures from run folders, beside the published numbers.")
+    add_report_arguments(parser)
+    return run_report(parser.parse_args(list(argv) if argv is not None else None))

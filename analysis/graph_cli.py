@@ -21,6 +21,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from g2po_bench.analysis.state_graph import (
+    build_group_graph,
+    choose_group,
+    compared_rows,
+    group_rows,
+)
+from g2po_bench.core.steptable import read_step_table, recorded_iterations
+
 __all__ = ["add_graph_arguments", "run_graph", "draw_group", "GroupDrawing", "report_state_graphs"]
 
 
@@ -84,14 +92,8 @@ def draw_group(run_root: str | os.PathLike, *, iteration: int = -1, group: int |
         FileNotFoundError: no run folder or no step table (see :func:`g2po_bench.core.steptable.read_step_table`).
         ValueError: unknown group or estimator, or PPO without recorded critic values.
     """
+    # lazy: drawing imports matplotlib (about 1 s); `g2po --help` imports this module
     from g2po_bench.analysis.graph_plot import caption, draw_png, layered_layout, write_html
-    from g2po_bench.analysis.state_graph import (
-        build_group_graph,
-        choose_group,
-        compared_rows,
-        group_rows,
-    )
-    from g2po_bench.core.steptable import read_step_table
 
     table = read_step_table(run_root, iteration)
     it = table.iteration
@@ -149,7 +151,6 @@ def report_state_graphs(runs, fig_dir: str | os.PathLike) -> tuple[list[tuple[st
         run without a drawing (no step tables: trained with ``record_graphs=false``; or the
         error met). Never raises for one run's problem.
     """
-    from g2po_bench.core.steptable import recorded_iterations
 
     drawn: list[tuple[str, GroupDrawing]] = []
     missing: list[str] = []

@@ -1,6 +1,6 @@
 """The report: tables, figures and what is missing, from a results folder, in one Markdown file.
 
-``write_report(results_dir, out_dir)`` loads every run under ``results_dir``
+``build_report(results_dir, out_dir)`` loads every run under ``results_dir``
 (:func:`g2po_bench.analysis.load.load_runs`), aggregates over seeds (:mod:`g2po_bench.analysis.aggregate`), builds
 Table 1 and Table 2 beside the published numbers (:mod:`g2po_bench.analysis.tables`), draws the figures
 (:mod:`g2po_bench.analysis.figures`) and writes into ``out_dir``:
@@ -27,7 +27,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,22 +42,18 @@ from g2po_bench.analysis.aggregate import (
     method_differences,
     metrics_long,
 )
+from g2po_bench.analysis.graph_cli import report_state_graphs
 from g2po_bench.analysis.load import LoadedRuns, load_runs, mark_short_runs
 from g2po_bench.analysis.naming import method_sort_key, model_size_sort_key
+from g2po_bench.analysis.reference import load_reference
 from g2po_bench.analysis.tables import MISSING, TABLE1, TABLE2, Table, build_table, format_ours
+from g2po_bench.core.config import TrainConfig
 
-__all__ = ["write_report", "main", "ReportResult", "build_report", "DEFAULT_MIN_ITERATIONS"]
-
-
-def _default_min_iterations() -> int:
-    from g2po_bench.core.config import TrainConfig
-
-    return int(TrainConfig.iterations)
-
+__all__ = ["ReportResult", "build_report", "DEFAULT_MIN_ITERATIONS"]
 
 #: runs with fewer RL iterations are *short* in the report (``--min-iterations``): the CPU
 #: default's ``train.iterations``
-DEFAULT_MIN_ITERATIONS = _default_min_iterations()
+DEFAULT_MIN_ITERATIONS = int(TrainConfig.iterations)
 
 
 class ReportResult:
@@ -69,50 +65,6 @@ class ReportResult:
         self.cells = cells
         self.tables = tables
         self.figures = figures
-
-
-def write_report(
-    results_dir: str | os.PathLike,
-    out_dir: str | os.PathLike,
-    *,
-    which: str = "final",
-    reference: pd.DataFrame | None = None,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = 0.95,
-    figures: bool = True,
-    column_overrides: Mapping[str, Mapping[str, Any]] | None = None,
-    min_iterations: int | None = None,
-) -> Path:
-    """Write ``report.md`` (and the files listed in the module docstring); returns its path.
-
-    Args:
-        results_dir: folder searched for run folders.
-        out_dir: where to write (created).
-        which: "final" or "best" evaluation of each run.
-        reference: published numbers (default :func:`g2po_bench.analysis.reference.load_reference`).
-        n_boot, seed, confidence: bootstrap settings.
-        figures: False skips the PNG figures (faster).
-        column_overrides: passed to :func:`g2po_bench.analysis.load.load_runs`.
-        min_iterations: a training run with fewer RL iterations (or fewer than the longest run of
-            its environment and model size here) is *short*: "†" on its cells, listed under "What is
-            missing" (:func:`g2po_bench.analysis.load.mark_short_runs`); None = :data:`DEFAULT_MIN_ITERATIONS`.
-
-    Raises:
-        FileNotFoundError: ``results_dir`` does not exist.
-    """
-    return build_report(
-        results_dir,
-        out_dir,
-        which=which,
-        reference=reference,
-        n_boot=n_boot,
-        seed=seed,
-        confidence=confidence,
-        figures=figures,
-        column_overrides=column_overrides,
-        min_iterations=min_iterations,
-    ).report_path
 
 
 def build_report(
@@ -128,12 +80,28 @@ def build_report(
     column_overrides: Mapping[str, Mapping[str, Any]] | None = None,
     min_iterations: int | None = None,
 ) -> ReportResult:
-    """:func:`write_report`, returning the frames and tables as well."""
+    """Write ``report.md`` (and the files listed in the module docstring); returns the frames,
+    tables and figures with the report's path.
+
+    Args:
+        results_dir: folder searched for run folders.
+        out_dir: where to write (created).
+        which: "final" or "best" evaluation of each run.
+        reference: published numbers (default :func:`g2po_bench.analysis.reference.load_reference`).
+        n_boot, seed, confidence: bootstrap settings.
+        figures: False skips the PNG figures (faster).
+        column_overrides: passed to :func:`g2po_bench.analysis.load.load_runs`.
+        min_iterations: a training run with fewer RL iterations (or fewer than the longest run of
+            its environment and model size here) is *short*: "†" on its cells, listed under "What is
+            missing" (:func:`g2po_bench.analysis.load.mark_short_runs`); None = :data:`DEFAULT_MIN_ITERATIONS`.
+
+    Raises:
+        ValueError: ``which`` is neither "final" nor "best".
+        FileNotFoundError: ``results_dir`` does not exist.
+    """
     if which not in ("final", "best"):
         raise ValueError(f"which must be 'final' or 'best', got {which!r}")
     if reference is None:
-        from g2po_bench.analysis.reference import load_reference
-
         reference = load_reference()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -184,7 +152,6 @@ def build_report(
         figs["singleton_fraction"] = F.plot_singleton_fraction(loaded.curves, fig_dir / "singleton_fraction.png")
     graphs: tuple[list, list] = ([], [])
     if figures:
-        from g2po_bench.analysis.graph_cli import report_state_graphs
 
         graphs = report_state_graphs(loaded.runs, fig_dir)
 
@@ -501,15 +468,3 @@ def _render(
                + [f"- {line}" for line in graphs_missing]) or ["- none"]
     md.append("")
     return "\n".join(md)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m analysis RESULTS_DIR --out DIR [--which best] [--n-boot N] [--seed S] [--no-figures]``."""
-    import argparse
-
-    from g2po_bench.analysis.cli import add_report_arguments, run_report
-
-    parser = argparse.ArgumentParser(prog="g2po report", description="Tables and figures from run folders, beside the published numbers.")
-    add_report_arguments(parser)
-    args = parser.parse_args(list(argv) if argv is not None else None)
-    return run_report(args)

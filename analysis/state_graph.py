@@ -45,6 +45,8 @@ import networkx as nx
 import numpy as np
 import pandas as pd
 
+from g2po_bench.algorithms.registry import COMMON_OPTIONS, estimate, estimator_spec
+from g2po_bench.core.batch import StepBatch
 from g2po_bench.core.steptable import StepTable
 
 __all__ = [
@@ -118,7 +120,6 @@ def choose_group(table: StepTable) -> int:
 
 
 def _step_batch(frame: pd.DataFrame):
-    from g2po_bench.core.batch import StepBatch
 
     return StepBatch(
         group_id=frame["group_id"].to_numpy(np.int64), traj_id=frame["traj_id"].to_numpy(np.int64),
@@ -146,7 +147,6 @@ def recompute(table: StepTable, estimator: str, options: dict[str, Any] | None =
     Raises:
         ValueError: unknown estimator or option; PPO on a run that recorded no critic values.
     """
-    from g2po_bench.algorithms.registry import COMMON_OPTIONS, estimate, estimator_spec
 
     spec = estimator_spec(estimator)
     run_opts = table.options

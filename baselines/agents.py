@@ -28,7 +28,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -38,9 +37,13 @@ from g2po_bench.baselines.prompts import (
     COMPLETION_PREFIX,
     REFLECTION_PREFIX,
     StepView,
+    action_tag,
+    benchmark_of,
     render_react_prompt,
     render_reflection_prompt,
 )
+from g2po_bench.benchmarks.base import Benchmark
+from g2po_bench.benchmarks.evaluation import evaluate
 from g2po_bench.benchmarks.parsing import ParsedAction, parse_response
 from g2po_bench.benchmarks.policy import Policy
 from g2po_bench.benchmarks.rollout import success_by_task_type
@@ -56,8 +59,9 @@ STOP = ["</action>", "\nObservation:"]
 
 
 def stop_strings(env_name: str = "") -> list[str]:
-    """The ReAct stop strings of an environment (AppWorld: the end of the code cell)."""
-    return ["</code>", "\nObservation:"] if env_name == "appworld" else list(STOP)
+    """The ReAct stop strings of an environment: the end of its action tag (AppWorld: the end of
+    the code cell), or a made-up next observation."""
+    return [f"</{action_tag(env_name)}>", "\nObservation:"]
 
 _THINK_RE = re.compile(r"<think>(.*?)(?:</think>|<action>|$)", re.DOTALL | re.IGNORECASE)
 _OPEN_ACTION_RE = re.compile(r"<action>(.*)$", re.DOTALL | re.IGNORECASE)
@@ -69,22 +73,20 @@ def step_seed(seed: int, trial: int, t: int) -> int:
     return seed * 1000 + 100_000 * trial + t
 
 
-def _parse_code_step(text: str) -> tuple[str, ParsedAction]:
-    """AppWorld: the code of ``<code>...</code>`` (:func:`g2po_bench.benchmarks.appworld.prompt.parse_response`;
-    the thought is optional, as for the other environments), or of a ``<code>`` left open at
-    the end (servers drop the stop string); the code is kept as written (no lowercasing)."""
-    from g2po_bench.benchmarks.appworld.prompt import FALLBACK_CHARS
-    from g2po_bench.benchmarks.appworld.prompt import parse_response as parse_code
-
+def _parse_code_step(text: str, bench: Benchmark) -> tuple[str, ParsedAction]:
+    """A code-cell answer (``action_tag == "code"``, AppWorld): the code of ``<code>...</code>``
+    (the benchmark's own extraction; the thought is optional, as for the other environments),
+    or of a ``<code>`` left open at the end (servers drop the stop string); the code is kept as
+    written (no lowercasing)."""
     m = _THINK_RE.search(text)
     thought = m.group(1).strip() if m else text.split("<code>")[0].strip()
-    p = parse_code(text)
+    p = bench.parse_response(text)
     if "<code>" in text and "</code>" in text:
         code = p.action
     elif "<code>" in text:
         code = text.split("<code>", 1)[1]
     else:
-        return thought, ParsedAction(text[-FALLBACK_CHARS:], False, "missing <code>...</code>")
+        return thought, p
     return thought, ParsedAction(code, bool(code.strip()), "" if code.strip() else "empty code")
 
 
@@ -96,8 +98,9 @@ def parse_step(text: str, env_name: str = "") -> tuple[str, ParsedAction]:
     and a trailing full stop removed; anything else is invalid (the environment gets the
     fallback text of :func:`g2po_bench.benchmarks.parsing.parse_response`, as in the RL rollouts).
     """
-    if env_name == "appworld":
-        return _parse_code_step(text)
+    bench = benchmark_of(env_name)
+    if bench is not None and bench.action_tag == "code":
+        return _parse_code_step(text, bench)
     m = _THINK_RE.search(text)
     thought = m.group(1).strip() if m else text.split("<action>")[0].strip()
     p = parse_response(text, require_think=False)
@@ -275,8 +278,10 @@ def run_react(policy: Policy, pool: EnvPool, env_name: str, panel: Sequence[Task
 def _outcome(env_name: str, ep: Episode, max_steps: int) -> str:
     if ep.crashed:
         return "the environment crashed."
-    if env_name == "webshop" and ep.steps and ep.steps[-1].action == "click[buy now]":
-        return f"you bought a product that did not match the instruction (score {ep.score:.0f}/100)."
+    bench = benchmark_of(env_name)
+    hint = bench.failure_hint([s.action for s in ep.steps], ep.score) if bench is not None else None
+    if hint:
+        return hint
     if ep.stuck:
         return "the episode was stopped because your last actions did nothing (\"Nothing happens.\")."
     if len(ep.steps) >= max_steps:
@@ -349,12 +354,11 @@ def run_reflexion(policy: Policy, pool: EnvPool, env_name: str, panel: Sequence[
     return ev
 
 
-def run_direct(policy: Policy, pool: EnvPool, benchmark: ModuleType, panel: Sequence[Task], *, max_steps: int,
+def run_direct(policy: Policy, pool: EnvPool, benchmark: Benchmark, panel: Sequence[Task], *, max_steps: int,
                temperature: float, max_new_tokens: int, seed: int, episodes_per_task: int = 1,
                history_length: int = 2, stop_after_refusals: int = 0) -> dict[str, Any]:
     """Direct prompting: :func:`g2po_bench.benchmarks.evaluation.evaluate` with the RL step prompt (the
     reference template) and the RL episode end (``stop_after_refusals``)."""
-    from g2po_bench.benchmarks.evaluation import evaluate
 
     return evaluate(policy, pool, benchmark, panel, iteration=0, max_steps=max_steps, temperature=temperature,
                     max_new_tokens=max_new_tokens, seed=seed, episodes_per_task=episodes_per_task,

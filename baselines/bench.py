@@ -26,6 +26,10 @@ import platform
 import time
 from pathlib import Path
 
+from g2po_bench.baselines.config import load_baseline_config
+from g2po_bench.baselines.run import run_baseline
+from g2po_bench.benchmarks.alfworld.games import SHORT_NAMES, TASK_TYPES
+
 __all__ = ["main"]
 
 STEP_LIMITS = {"alfworld": 50, "webshop": 15}
@@ -82,7 +86,6 @@ def format_rows(rows: list[dict], title: str) -> str:
     invalid-action fraction, generated tokens per second of generation time (``tok/s``), prompt
     tokens per second of generation time (``prompt tok/s``, the prefill side that dominates on a
     CPU), generation and wall seconds, success per task type (ALFWorld short names) and by trial."""
-    from g2po_bench.benchmarks.alfworld.games import SHORT_NAMES, TASK_TYPES
 
     order = {t: i for i, t in enumerate(TASK_TYPES)}
 
@@ -126,9 +129,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {r['env']}/{r['method']}: {r['run']} ({r['model']})")
         return 0 if rows else 1
     from rich.console import Console
-
-    from g2po_bench.baselines.config import load_baseline_config
-    from g2po_bench.baselines.run import run_baseline
 
     console = Console(stderr=True)
     data = args.data or _default_data()

@@ -4,7 +4,7 @@ A baseline run is configured like any run (:class:`g2po_bench.core.config.RunCon
 ``model.*``, ``eval.*``, ``seed``, ...) plus a ``baseline`` section (:class:`BaselineConfig`)
 that names the method and the policy backend. Both come from one YAML file and/or dotted
 ``key=value`` overrides; the ``baseline.*`` keys are split off here, the rest goes through
-:func:`g2po_bench.core.config.load_config` unchanged (so every RunConfig check applies).
+:func:`g2po_bench.runconfig.load_config` unchanged (so every RunConfig check applies).
 
 Shorthands on the command line (baseline runs only): ``baseline=react`` means
 ``baseline.name=react``, ``model=PATH`` means ``model.path=PATH``, ``env=NAME`` means
@@ -32,10 +32,15 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from g2po_bench.core.config import ConfigError, RunConfig, config_to_dict, load_config
+from g2po_bench.baselines.smollm2 import ModelPackageMissing, ensure_smollm2
+from g2po_bench.core.config import ConfigError, RunConfig, config_to_dict
+from g2po_bench.runconfig import load_config
 
-__all__ = ["BaselineConfig", "BASELINE_NAMES", "is_baseline_request", "load_baseline_config",
+__all__ = ["POLICY_KINDS", "BaselineConfig", "BASELINE_NAMES", "is_baseline_request", "load_baseline_config",
            "baseline_run_dict", "baseline_run_id", "validate_baseline"]
+
+#: the policy backends a baseline can use (:func:`g2po_bench.baselines.policies.make_policy`)
+POLICY_KINDS = ("local", "vllm", "openai")
 
 BASELINE_NAMES = ("direct", "react", "reflexion")
 _SHORTHANDS = {"baseline": "baseline.name", "model": "model.path", "env": "env.name"}
@@ -107,7 +112,6 @@ def _resolve_model_alias(items: list[str]) -> list[str]:
     for item in items:
         key, value = _split_key(item)
         if key == "model.path" and value.strip().lower() in ("smollm2", "smollm2-135m-instruct"):
-            from g2po_bench.baselines.smollm2 import ModelPackageMissing, ensure_smollm2
 
             try:
                 value = str(ensure_smollm2())
@@ -175,8 +179,6 @@ def validate_baseline(cfg: RunConfig, b: BaselineConfig) -> None:
     def need(cond: bool, key: str, msg: str) -> None:
         if not cond:
             raise ConfigError(f"bad value for config key 'baseline.{key}': {msg}")
-
-    from g2po_bench.baselines.policies import POLICY_KINDS
 
     need(b.name in BASELINE_NAMES, "name", f"{b.name!r}; choose {', '.join(BASELINE_NAMES)}")
     need(b.policy in POLICY_KINDS, "policy", f"{b.policy!r}; choose {', '.join(POLICY_KINDS)}")

@@ -18,12 +18,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
+from g2po_bench.benchmarks.base import Benchmark
 from g2po_bench.core.protocol import Task
 
-__all__ = ["Transcript", "replay_expert", "select_examples", "plan_sentence", "split_response"]
+__all__ = ["Transcript", "replay_expert", "select_examples", "split_response"]
 
 _THINK_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL | re.IGNORECASE)
 _ACTION_RE = re.compile(r"<action>(.*?)</action>", re.DOTALL | re.IGNORECASE)
@@ -53,34 +53,7 @@ def split_response(text: str) -> tuple[str, str]:
     return (t.group(1).strip() if t else ""), (a[-1].strip() if a else "")
 
 
-def _noun(item: str) -> str:
-    """``"alarmclock 2"`` -> ``"alarmclock"``."""
-    return re.sub(r"\s+\d+$", "", item.strip())
-
-
-def plan_sentence(env_name: str, task: Task, actions: Sequence[str], instruction: str) -> str:
-    """The opening plan of an example (written from the task type and the walkthrough)."""
-    if env_name == "alfworld":
-        take = next((a for a in actions if a.startswith("take ") and " from " in a), "")
-        obj = _noun(take[5:].split(" from ")[0]) if take else "object"
-        place = next((a for a in reversed(actions) if a.startswith(("move ", "put ")) and (" to " in a or " in " in a)), "")
-        target = _noun(re.split(r" to | in/on | in | on ", place, maxsplit=1)[-1]) if place else "target"
-        plans = {
-            "pick_and_place_simple": f"To solve the task, I need to find and take a {obj}, then put it in/on the {target}.",
-            "look_at_obj_in_light": f"To solve the task, I need to find a {obj} and a desklamp, then look at the {obj} under the lit desklamp.",
-            "pick_clean_then_place_in_recep": f"To solve the task, I need to find and take a {obj}, clean it with the sinkbasin, then put it in/on the {target}.",
-            "pick_heat_then_place_in_recep": f"To solve the task, I need to find and take a {obj}, heat it with the microwave, then put it in/on the {target}.",
-            "pick_cool_then_place_in_recep": f"To solve the task, I need to find and take a {obj}, cool it with the fridge, then put it in/on the {target}.",
-            "pick_two_obj_and_place": f"To solve the task, I need to find and take the first {obj} and put it in/on the {target}, then find and take the second {obj} and put it in/on the {target} too.",
-        }
-        return plans.get(task.task_type, "To solve the task, I will look for the objects it names, one likely place at a time.")
-    if env_name == "webshop":
-        return ("I need a product that matches every requirement of the instruction: its type, its attributes, "
-                "the options and the price limit.")
-    return f"My goal: {instruction.rstrip('.')}."
-
-
-def replay_expert(benchmark: ModuleType, env_name: str, env: Any, task: Task,
+def replay_expert(benchmark: Benchmark, env_name: str, env: Any, task: Task,
                   max_steps: int) -> Transcript:
     """Replay the expert walkthrough of ``task`` in ``env`` and return its transcript."""
     actions = list(benchmark.expert_actions(task))[:max_steps]
@@ -89,7 +62,7 @@ def replay_expert(benchmark: ModuleType, env_name: str, env: Any, task: Task,
     for i, action in enumerate(actions):
         thought, _ = split_response(benchmark.expert_response(action, obs))
         if i == 0:
-            thought = f"{plan_sentence(env_name, task, actions, obs.instruction)} {thought}".strip()
+            thought = f"{benchmark.plan_sentence(task, actions, obs.instruction)} {thought}".strip()
         obs = env.step(action)
         tr.steps.append((thought, action, obs.text))
         if obs.done:
@@ -99,7 +72,7 @@ def replay_expert(benchmark: ModuleType, env_name: str, env: Any, task: Task,
 
 
 def select_examples(
-    benchmark: ModuleType,
+    benchmark: Benchmark,
     env_name: str,
     env_cfg: Any,
     split: str,

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
 from g2po_bench.algorithms.backends.local.policy import LocalPolicy
+from g2po_bench.baselines.config import POLICY_KINDS
+from g2po_bench.benchmarks.policies.openai import OpenAIPolicy
 from g2po_bench.benchmarks.policy import Policy
 
 __all__ = ["make_policy", "LocalChatPolicy", "POLICY_KINDS"]
 
-POLICY_KINDS = ("local", "vllm", "openai")
 
 
 class _StopStringModel:
@@ -101,19 +103,18 @@ def make_policy(kind: str, **settings: Any) -> Policy:
         if model is None or tokenizer is None:
             if not path:
                 raise ValueError("make_policy('local') needs path=<model folder> (or model= and tokenizer=)")
-            from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
 
             model, tokenizer = load_model_and_tokenizer(path, dtype=dtype, device=device)
         return LocalChatPolicy(model, tokenizer, stop=stop, path=None if path is None else str(path),
                                dtype=dtype, **settings)
     if kind == "vllm":
+        # lazy: vLLM is an optional GPU dependency
         from g2po_bench.benchmarks.policies.vllm import VLLMPolicy
 
         if not settings.get("path"):
             raise ValueError("make_policy('vllm') needs path=<model folder>")
         return VLLMPolicy(settings.pop("path"), **settings)
     if kind == "openai":
-        from g2po_bench.benchmarks.policies.openai import OpenAIPolicy
 
         base_url = settings.pop("base_url", None)
         model = settings.pop("model", None)

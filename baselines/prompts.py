@@ -37,34 +37,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from g2po_bench.baselines.fewshot import Transcript
+from g2po_bench.benchmarks.base import Benchmark
+from g2po_bench.benchmarks.registry import get_benchmark
 
-__all__ = ["StepView", "INTROS", "format_obs", "render_react_prompt", "render_reflection_prompt",
-           "ANSWER_FORMAT", "CODE_ANSWER_FORMAT", "CODE_ENVS", "answer_format", "COMPLETION_PREFIX",
+__all__ = ["StepView", "benchmark_of", "format_obs", "render_react_prompt", "render_reflection_prompt",
+           "ANSWER_FORMAT", "CODE_ANSWER_FORMAT", "action_tag", "intro", "answer_format", "COMPLETION_PREFIX",
            "REFLECTION_PREFIX"]
 
-INTROS = {
-    "alfworld": (
-        "You are an expert agent operating in the ALFRED Embodied Environment, a text-based household. "
-        "You solve a task by interacting with the environment one step at a time; the environment answers "
-        "every action with an observation."
-    ),
-    "webshop": (
-        "You are an expert autonomous agent operating in the WebShop e-commerce environment. You buy the "
-        "product that matches an instruction by searching and clicking: search[<query>] on the search page, "
-        "and click[<button>] for a button shown on the page (a product id, an option value, description, "
-        "features, next >, < prev, back to search, buy now)."
-    ),
-    "appworld": (
-        "You are a super intelligent AI assistant who achieves your supervisor's day-to-day tasks autonomously by "
-        "writing Python code that runs in a REPL, one code cell at a time; the environment answers every cell with "
-        "its output. Apps are reached through `apis.<app>.<api>(...)`: "
-        "`apis.api_docs.show_app_descriptions()`, `apis.api_docs.show_api_descriptions(app_name=...)` and "
-        "`apis.api_docs.show_api_doc(app_name=..., api_name=...)` document them; account passwords are in "
-        "`apis.supervisor.show_account_passwords()`. Do not use try/except or '...'. When the task is done, call "
-        "`apis.supervisor.complete_task()` (with `answer=...` when the task asks a question)."
-    ),
-}
-DEFAULT_INTRO = "You are an agent in a text environment. You solve a task by taking actions one step at a time."
 
 #: what a completion-style prompt ends with (the answer continues it)
 COMPLETION_PREFIX = "<think>"
@@ -75,12 +54,32 @@ ANSWER_FORMAT = ("First reason briefly about the current situation inside <think
 #: environments whose action is a code cell inside <code> </code> (their own answer format)
 CODE_ANSWER_FORMAT = ("First reason briefly about the current situation inside <think> </think>, then give exactly "
                       "one Python code cell inside <code> </code>.")
-CODE_ENVS = ("appworld",)
+
+
+def benchmark_of(env_name: str) -> Benchmark | None:
+    """The registered benchmark ``env_name``; None for "" (the generic text-action format).
+
+    Raises:
+        ValueError: an unknown benchmark name (the message lists the registered ones).
+    """
+    return get_benchmark(env_name) if env_name else None
+
+
+def action_tag(env_name: str) -> str:
+    """The tag of an answer's action: ``"action"``, or the benchmark's own (AppWorld: ``"code"``)."""
+    bench = benchmark_of(env_name)
+    return bench.action_tag if bench is not None else "action"
+
+
+def intro(env_name: str) -> str:
+    """The opening sentence of a prompt: what the environment is (the benchmark's ``agent_intro``)."""
+    bench = benchmark_of(env_name)
+    return bench.agent_intro if bench is not None else Benchmark.agent_intro
 
 
 def answer_format(env_name: str) -> str:
-    """The answer-format sentence of an environment (code cells for :data:`CODE_ENVS`)."""
-    return CODE_ANSWER_FORMAT if env_name in CODE_ENVS else ANSWER_FORMAT
+    """The answer-format sentence of an environment (a Python cell where the action is code)."""
+    return CODE_ANSWER_FORMAT if action_tag(env_name) == "code" else ANSWER_FORMAT
 
 
 @dataclass
@@ -99,16 +98,14 @@ def _clip(text: str, n: int) -> str:
 
 
 def format_obs(env_name: str, text: str, instruction: str) -> str:
-    """Observation text for the prompt (WebShop: the page after the instruction, as in the RL prompt)."""
-    if env_name == "webshop":
-        from g2po_bench.benchmarks.webshop.prompt import format_observation
-
-        return format_observation(text, instruction)
-    return text
+    """Observation text for the prompt (the benchmark's :meth:`~g2po_bench.benchmarks.base.Benchmark.format_observation`;
+    WebShop: the page after the instruction, as in the RL prompt)."""
+    bench = benchmark_of(env_name)
+    return bench.format_observation(text, instruction) if bench is not None else text
 
 
 def _step_line(thought: str, action: str, valid: bool = True, env_name: str = "") -> str:
-    tag = "code" if env_name in CODE_ENVS else "action"
+    tag = action_tag(env_name)
     line = f"<think>{thought}</think><{tag}>{action}</{tag}>"
     return line + " (this answer did not follow the format)" if not valid else line
 
@@ -149,7 +146,7 @@ def render_react_prompt(
     prompt with ``<think>`` instead of the closing instruction, for models that continue a
     transcript (no chat template); the answer is then the rest of the step.
     """
-    head = [INTROS.get(env_name, DEFAULT_INTRO), answer_format(env_name), ""]
+    head = [intro(env_name), answer_format(env_name), ""]
     if examples:
         # examples take at most about half of the budget: their observations are clipped harder
         while True:
@@ -209,7 +206,7 @@ def render_reflection_prompt(
 ) -> str:
     """The Reflexion self-reflection prompt after a failed trial (``style="completion"`` ends
     with ``Plan:`` for the model to continue)."""
-    lines = [INTROS.get(env_name, DEFAULT_INTRO), "",
+    lines = [intro(env_name), "",
              "You attempted the task below and did not complete it.",
              f"Task: {instruction}",
              f"Observation: {_clip(format_obs(env_name, first_observation, instruction), obs_chars)}"]

@@ -80,7 +80,7 @@ def load_examples(bench, cfg: RunConfig, b: BaselineConfig, panel_ids: list[str]
     for split in candidates:
         try:
             ex = select_examples(bench, cfg.env.name, cfg.env, split, per_type=b.num_examples,
-                                 task_types=list(bench.TASK_TYPES), max_steps=cfg.env.max_steps,
+                                 task_types=list(bench.task_types), max_steps=cfg.env.max_steps,
                                  exclude_ids=panel_ids, eval_split=cfg.env.eval_split)
         except ValueError:
             raise

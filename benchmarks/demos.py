@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from types import ModuleType
 
 import numpy as np
 
+from g2po_bench.benchmarks.base import Benchmark
 from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.core.protocol import IfAdmissible, Mistake, Task
 
@@ -31,7 +31,7 @@ class Demonstration:
 
 def collect_demonstrations(
     pool: EnvPool,
-    benchmark: ModuleType,
+    benchmark: Benchmark,
     tasks: Sequence[Task],
     *,
     max_steps: int,
@@ -71,9 +71,9 @@ def collect_demonstrations(
     demos: list[Demonstration] = []
     won = 0
     rng = np.random.default_rng(seed)
-    detour = getattr(benchmark, "expert_detour", None) if detour_prob > 0 else None
-    stall = getattr(benchmark, "expert_stall", None) if stall_prob > 0 else None
-    mistake = getattr(benchmark, "expert_mistake", None) if recovery_prob > 0 else None
+    detour = benchmark.expert_detour if detour_prob > 0 else None
+    stall = benchmark.expert_stall if stall_prob > 0 else None
+    mistake = benchmark.expert_mistake if recovery_prob > 0 else None
     for start in range(0, len(tasks), max(1, slots)):
         chunk = list(tasks[start:start + max(1, slots)])
         take = [bool(detour) and rng.random() < detour_prob for _ in chunk]

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 
+from g2po_bench.benchmarks.base import Benchmark
 from g2po_bench.benchmarks.loading import SmallPanelWarning
 from g2po_bench.benchmarks.policy import Policy
 from g2po_bench.benchmarks.rollout import collect_rollouts, success_by_task_type
@@ -33,23 +33,23 @@ def _ci(values: list[float]) -> list[float] | None:
     return [lo, hi]
 
 
-def _episode_scores(benchmark: ModuleType, trajs: Sequence[dict[str, Any]]) -> list[float] | None:
+def _episode_scores(benchmark: Benchmark, trajs: Sequence[dict[str, Any]]) -> list[float] | None:
     """The score of every episode (a trajectory without one gets the benchmark's
-    ``EPISODE_SCORE_DEFAULT``), or None when the environment reports no score at all.
+    ``episode_score_default``), or None when the environment reports no score at all.
 
     Raises:
         ValueError: some episodes carry a score and others none, and the benchmark declares no
-            ``EPISODE_SCORE_DEFAULT`` (a mean over the scored ones alone would leave the others out).
+            ``episode_score_default`` (a mean over the scored ones alone would leave the others out).
     """
-    default = getattr(benchmark, "EPISODE_SCORE_DEFAULT", None)
+    default = benchmark.episode_score_default
     scores = [t["score"] if t["score"] is not None else default for t in trajs]
     missing = sum(s is None for s in scores)
     if missing == len(scores):
         return None
     if missing:
         raise ValueError(f"{missing} of {len(scores)} episodes carry no score and benchmark "
-                         f"{benchmark.__name__} declares no EPISODE_SCORE_DEFAULT: the mean score must count "
-                         "every episode (g2po_bench.benchmarks.registry)")
+                         f"{benchmark.name} declares no episode_score_default: the mean score must count "
+                         "every episode (g2po_bench.benchmarks.base.Benchmark)")
     return [float(s) for s in scores]
 
 
@@ -85,7 +85,7 @@ def select_panel(tasks: Sequence[Task], num_tasks: int) -> list[Task]:
 def evaluate(
     policy: Policy,
     pool: EnvPool,
-    benchmark: ModuleType,
+    benchmark: Benchmark,
     panel: Sequence[Task],
     *,
     iteration: int,
@@ -110,7 +110,7 @@ def evaluate(
         percentile-bootstrap interval over episodes, :func:`g2po_bench.core.stats.bootstrap_ci`),
         ``per_task_type`` (fractions), ``per_task_type_ci`` ({type: [low, high]}),
         ``num_episodes, score`` (mean task score over **every** episode, WebShop: reward x 100 with
-        0 for an episode that never buys, the benchmark's ``EPISODE_SCORE_DEFAULT``; None where the
+        0 for an episode that never buys, the benchmark's ``episode_score_default``; None where the
         environment reports none; a benchmark's ``episode_set_score(trajectories)`` when it has one),
         ``episode_scores`` (one score per episode in panel order, where the environment reports
         scores),
@@ -146,10 +146,9 @@ def evaluate(
     by_type: dict[str, list[float]] = {}
     for t in trajs:
         by_type.setdefault(t["task_type"], []).append(float(t["success"]))
-    set_score = getattr(benchmark, "episode_set_score", None)  # e.g. AppWorld's scenario completion
+    set_score = benchmark.episode_set_score(trajs)  # e.g. AppWorld's scenario completion
     if set_score is not None:
-        s = set_score(trajs)
-        scores = [s] if s is not None else []
+        scores = [set_score]
     return {
         "iteration": iteration,
         "success_rate": float(np.mean(wins)) if trajs else 0.0,

@@ -20,6 +20,8 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterable
 
+from g2po_bench.core.errors import DataError
+
 __all__ = ["DataLoadWarning", "SmallPanelWarning", "SplitTooSmallError", "SplitCountWarning", "SplitCountError",
            "warn_skipped", "require_at_least", "check_split_count"]
 
@@ -34,7 +36,7 @@ class SmallPanelWarning(UserWarning):
     """The evaluation split holds fewer tasks than ``eval.num_tasks``: the panel is the whole split."""
 
 
-class SplitTooSmallError(ValueError):
+class SplitTooSmallError(DataError, ValueError):
     """A split has fewer items than its manifest records or the config asks for; the message
     says how many were expected, how many load, and what to do."""
 
@@ -44,7 +46,7 @@ class SplitCountWarning(DataLoadWarning):
     and names the items the loader left out."""
 
 
-class SplitCountError(ValueError):
+class SplitCountError(DataError, ValueError):
     """An evaluation split holds another number of items than its published size (the panel would
     not be the published one); the message names the items left out and the key that accepts it."""
 

@@ -1,38 +1,128 @@
-"""Benchmark lookup: the environment name of a config -> the benchmark module.
+"""The benchmark registry: every benchmark the suite knows, found, never listed.
 
-Every benchmark package (``benchmarks/<name>/__init__.py``) exports the same interface:
-
-- ``load_tasks(cfg: EnvConfig, split: str) -> list[Task]`` (sorted, deterministic),
-- ``make_env(cfg: EnvConfig) -> Environment`` (cheap, no download; runs in worker processes),
-- ``build_prompt(obs, history, step, history_length) -> str``,
-- ``expert_actions(task) -> list[str]`` (a winning action sequence, for warm starts and tests),
-- ``expert_response(action, obs) -> str`` (the response text an expert would give),
-- ``TASK_TYPES``: the reporting categories, in table order,
-- ``PROJECTION`` (optional, default ``"alfworld"``): the name of the reference action
-  projection that turns a response into the action (:data:`g2po_bench.benchmarks.parsing.PROJECTIONS`).
-
-Optional: ``parse_response(text) -> ParsedAction`` (the benchmark's own action extraction;
-default :func:`g2po_bench.benchmarks.parsing.parse_response`), ``episode_set_score(trajectories)``
-(an evaluation ``score`` computed over all episodes, e.g. AppWorld's scenario completion),
-``EPISODE_SCORE_DEFAULT`` (the score of an episode that ends without the environment reporting
-one: WebShop's 0.0 for an episode that never buys, as the reference scores every episode; absent
-or None: the environment reports no score, e.g. ALFWorld) and
-``preload_worker_modules()`` (imports the environments' libraries in the process that forks the
-environment workers, so that a new or recycled worker does not import them itself).
+A benchmark is a subpackage of ``g2po_bench.benchmarks`` that exports ``BENCHMARK`` (an instance
+of :class:`~g2po_bench.benchmarks.base.Benchmark`), or an object another installed package
+publishes under the entry point group ``g2po.benchmarks`` (``name = "pkg.module:BENCHMARK"``).
+Its presets are the ``presets/*.yaml`` files of its package folder. The CLI (``g2po data``,
+``g2po bench``, ``--preset``), the config checks and the prompting baselines read this registry
+only: adding a benchmark is one new subpackage plus its presets.
 """
 
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
+import pkgutil
+from importlib import metadata
+from pathlib import Path
 
-__all__ = ["get_benchmark", "BENCHMARKS"]
+from g2po_bench.benchmarks.base import Benchmark
 
-BENCHMARKS = ("alfworld", "webshop", "appworld", "toy")
+__all__ = ["get_benchmark", "benchmark_names", "all_benchmarks", "register_benchmark", "preset_files",
+           "preset_file", "ENTRY_POINT_GROUP"]
+
+ENTRY_POINT_GROUP = "g2po.benchmarks"
+"""Entry point group through which an installed package adds a benchmark."""
+
+_FOUND: dict[str, tuple[Benchmark, Path | None]] = {}
 
 
-def get_benchmark(name: str) -> ModuleType:
-    """Import ``benchmarks.<name>``. Raises ValueError for an unknown name."""
-    if name not in BENCHMARKS:
-        raise ValueError(f"unknown environment {name!r}; known: {', '.join(BENCHMARKS)}")
-    return importlib.import_module(f"g2po_bench.benchmarks.{name}")
+def _subpackages() -> list[str]:
+    """Module names of the subpackages of ``g2po_bench.benchmarks`` (sorted)."""
+    pkg = importlib.import_module("g2po_bench.benchmarks")
+    return sorted(f"{pkg.__name__}.{m.name}" for m in pkgutil.iter_modules(pkg.__path__) if m.ispkg)
+
+
+def _add(bench: object, origin: str, folder: Path | None) -> None:
+    if not isinstance(bench, Benchmark):
+        raise TypeError(f"{origin}: BENCHMARK must be an instance of g2po_bench.benchmarks.base.Benchmark, "
+                        f"got {type(bench).__name__}")
+    if bench.name in _FOUND and _FOUND[bench.name][0] is not bench:
+        raise ValueError(f"benchmark {bench.name!r} of {origin} is already registered by another package")
+    _FOUND[bench.name] = (bench, folder)
+
+
+def _discover() -> dict[str, tuple[Benchmark, Path | None]]:
+    if _FOUND:
+        return _FOUND
+    for name in _subpackages():
+        module = importlib.import_module(name)
+        bench = getattr(module, "BENCHMARK", None)
+        if bench is not None:
+            _add(bench, name, Path(module.__file__).parent)
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        bench = ep.load()
+        module = importlib.import_module(ep.module)
+        _add(bench, f"entry point {ep.name!r} ({ep.value})", Path(module.__file__).parent)
+    return _FOUND
+
+
+def register_benchmark(bench: Benchmark, presets: str | Path | None = None) -> Benchmark:
+    """Register ``bench`` in this process (for a benchmark built in code, e.g. a test's; packages
+    are found without it). Environment workers forked afterwards inherit it.
+
+    Args:
+        bench: the benchmark.
+        presets: a folder whose ``presets/*.yaml`` are its presets (optional).
+
+    Returns:
+        ``bench``.
+
+    Raises:
+        TypeError: ``bench`` is not a :class:`~g2po_bench.benchmarks.base.Benchmark`.
+        ValueError: another benchmark of that name is registered.
+    """
+    _discover()
+    _add(bench, f"register_benchmark({type(bench).__name__})", Path(presets) if presets is not None else None)
+    return bench
+
+
+def benchmark_names() -> list[str]:
+    """Sorted names of the registered benchmarks (built-in: alfworld, appworld, toy, webshop)."""
+    return sorted(_discover())
+
+
+def all_benchmarks() -> list[Benchmark]:
+    """Every registered benchmark, by name."""
+    found = _discover()
+    return [found[n][0] for n in sorted(found)]
+
+
+def get_benchmark(name: str) -> Benchmark:
+    """The registered benchmark ``name`` (``env.name`` of a run config).
+
+    Raises:
+        ValueError: unknown name (the message lists the registered benchmarks).
+    """
+    found = _discover()
+    if name not in found:
+        raise ValueError(f"unknown environment {name!r}; known: {', '.join(sorted(found))}")
+    return found[name][0]
+
+
+def preset_files() -> dict[str, Path]:
+    """Preset name -> YAML file, over the ``presets/`` folders of every registered benchmark.
+
+    Raises:
+        ValueError: two benchmarks ship a preset of the same name.
+    """
+    out: dict[str, Path] = {}
+    for name, (_, folder) in sorted(_discover().items()):
+        if folder is None or not (folder / "presets").is_dir():
+            continue
+        for path in sorted((folder / "presets").glob("*.yaml")):
+            if path.stem in out:
+                raise ValueError(f"preset {path.stem!r} of benchmark {name!r} clashes with {out[path.stem]}")
+            out[path.stem] = path
+    return out
+
+
+def preset_file(preset: str) -> Path:
+    """The YAML file of the preset named ``preset`` (e.g. ``alfworld_1.5b``).
+
+    Raises:
+        ValueError: unknown preset (the message lists the known ones).
+    """
+    files = preset_files()
+    if preset not in files:
+        raise ValueError(f"unknown preset {preset!r}; known presets: {', '.join(sorted(files))}")
+    return files[preset]

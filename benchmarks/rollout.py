@@ -13,20 +13,19 @@ next episode).
 Rewards follow the reference setting: the final step of a successful episode gets
 ``success_reward`` (10), every other step 0; an environment that reports a task score
 (WebShop: ``info["score"]`` = purchase reward x 100) has it kept as the trajectory's ``score``;
-an episode that ends without one gets the benchmark's ``EPISODE_SCORE_DEFAULT`` (WebShop: 0, a
-non-buyer; None where the environment reports no score, :mod:`g2po_bench.benchmarks.registry`).
+an episode that ends without one gets the benchmark's ``episode_score_default`` (WebShop: 0, a
+non-buyer; None where the environment reports no score, :class:`g2po_bench.benchmarks.base.Benchmark`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from g2po_bench.benchmarks.parsing import parse_response
+from g2po_bench.benchmarks.base import Benchmark
 from g2po_bench.benchmarks.policy import Policy, response_was_cut
 from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.core.batch import StepBatch, hash_state_keys
@@ -126,7 +125,7 @@ class RolloutBatch:
 def collect_rollouts(
     policy: Policy,
     pool: EnvPool,
-    benchmark: ModuleType,
+    benchmark: Benchmark,
     tasks: Sequence[Task],
     *,
     group_size: int,
@@ -171,7 +170,6 @@ def collect_rollouts(
         RolloutBatch with one row per step taken.
     """
     n_env = len(tasks) * group_size
-    projection = getattr(benchmark, "PROJECTION", "alfworld")  # the reference action projection
     env_task = [tasks[i // group_size] for i in range(n_env)]
     group_of = [group_offset + i // group_size for i in range(n_env)]
     traj_of = [group_offset * group_size + i for i in range(n_env)]
@@ -180,16 +178,15 @@ def collect_rollouts(
     active = [not obs[i].done for i in range(n_env)]
     crashed = [bool(obs[i].info.get("crashed")) for i in range(n_env)]
     won = [False] * n_env
-    score: list[float | None] = [getattr(benchmark, "EPISODE_SCORE_DEFAULT", None)] * n_env
+    score: list[float | None] = [benchmark.episode_score_default] * n_env
     n_steps = [0] * n_env
     invalid = [0] * n_env
     cut_responses = [0] * n_env
     refusal_stop = RefusalStop(stop_after_refusals)
     stuck = [False] * n_env
     rows: list[dict[str, Any]] = []
-    # a benchmark's own extraction (AppWorld's <code> cells), else the reference projection
-    own = getattr(benchmark, "parse_response", None)
-    parse = own if own is not None else (lambda text: parse_response(text, projection=projection))
+    # the benchmark's action extraction: its reference projection, or its own (AppWorld's <code> cells)
+    parse = benchmark.parse_response
 
     for t in range(max_steps):
         idx = [i for i in range(n_env) if active[i]]

@@ -25,19 +25,19 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+from g2po_bench.benchmarks.alfworld.games import find_games
 from g2po_bench.benchmarks.workers import EnvPool
+from g2po_bench.core.protocol import Task
 
 __all__ = ["measure", "main"]
 
 
 def _tasks(env: str, data: str | None, splits: list[str]) -> tuple[list, object]:
     if env == "toy":
-        from g2po_bench.core.protocol import Task
 
         tasks = [Task(task_id=f"corridor-{n}", task_type="corridor", env="toy", payload={"length": n})
                  for n in range(2, 50)]
         return tasks, None
-    from g2po_bench.benchmarks.alfworld.games import find_games
 
     if data is None:
         raise SystemExit("--data: an ALFWorld data root is needed for --env alfworld "

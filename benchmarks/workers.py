@@ -40,36 +40,25 @@ from dataclasses import dataclass
 from typing import Any
 
 from g2po_bench.benchmarks.cpus import limit_thread_pools, usable_cpus
+from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.shutdown import apply_worker_policy, check_stop
-from g2po_bench.core.protocol import Observation, Task
+from g2po_bench.core.protocol import Observation, Task, crashed_observation
 
-__all__ = ["EnvPool", "crashed_observation"]
-
-
-def crashed_observation(error: str) -> Observation:
-    """The terminal, failed observation recorded for a crashed environment."""
-    return Observation(text="", instruction="", admissible_actions=None, state_key="<crashed>",
-                       reward=0.0, done=True, won=False, info={"crashed": True, "error": error})
+__all__ = ["EnvPool"]
 
 
 def _make_env(benchmark: str, env_cfg: Any):
-    from g2po_bench.benchmarks.registry import get_benchmark
-
     return get_benchmark(benchmark).make_env(env_cfg)
 
 
 def _preload(benchmark: str) -> None:
-    """The benchmark's ``preload_worker_modules`` (optional, :mod:`g2po_bench.benchmarks.registry`), run
+    """The benchmark's :meth:`~g2po_bench.benchmarks.base.Benchmark.preload_worker_modules`, run
     before the workers are forked so that they inherit the imported modules. A failed import is
     left to the workers, whose first reset reports it as a crashed episode with the reason."""
-    from g2po_bench.benchmarks.registry import get_benchmark
-
-    preload = getattr(get_benchmark(benchmark), "preload_worker_modules", None)
-    if preload is not None:
-        try:
-            preload()
-        except ImportError:
-            pass
+    try:
+        get_benchmark(benchmark).preload_worker_modules()
+    except ImportError:
+        pass
 
 
 def _worker_main(conn, benchmark: str, env_cfg: Any, parent_pid: int) -> None:

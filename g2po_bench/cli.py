@@ -6,10 +6,10 @@
     g2po eval  --run RUN_DIR [--name NAME] [key=value ...]      a run's checkpoint on its own config.yaml
     g2po eval  [--config FILE] model.path=FOLDER [key=value ...]  evaluate a model folder
     g2po eval  baseline=react|reflexion|direct [key=value ...]   a prompting baseline's run (baselines/)
-    g2po data download {alfworld,webshop,appworld} [--dest DIR]  fetch official data (needs internet)
-    g2po data generate alfworld [key=value ...]                  generate the offline ALFWorld games
+    g2po data download BENCHMARK [--dest DIR]                  fetch official data (needs internet)
+    g2po data generate BENCHMARK [key=value ...]               generate the embedded default's tasks offline
     g2po algorithms                                              list estimators and their options
-    g2po bench {advantages,alfworld,webshop} [...]               speed benchmarks (estimators, environments)
+    g2po bench {advantages,BENCHMARK} [...]                      speed benchmarks (estimators, environments)
     g2po config [--preset NAME] [key=value ...]                  print the resolved config
     g2po config baseline=react [key=value ...]                   ... of a baseline run (config.yaml)
     g2po report RESULTS_DIR --out DIR                            tables and figures vs. the paper
@@ -24,9 +24,32 @@ work starts (and before any model is loaded) with one line naming it and exit co
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import textwrap
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+from rich.markup import escape
+
+from g2po_bench.algorithms.bench import main as bench_main
+from g2po_bench.algorithms.registry import describe_estimators
+from g2po_bench.analysis.cli import add_report_arguments, run_report
+from g2po_bench.analysis.graph_cli import add_graph_arguments, run_graph
+from g2po_bench.baselines.config import baseline_run_dict, is_baseline_request, load_baseline_config
+from g2po_bench.benchmarks.base import Benchmark
+from g2po_bench.benchmarks.policies import PolicyError
+from g2po_bench.benchmarks.registry import (
+    all_benchmarks,
+    benchmark_names,
+    get_benchmark,
+    preset_files,
+)
+from g2po_bench.core.config import ConfigError, config_to_yaml
+from g2po_bench.core.errors import SUITE_ERRORS, DataDownloadError, EnvironmentSetupError
+from g2po_bench.runconfig import load_config
+from g2po_bench.sweeps.cli import add_sweep_arguments, run_sweep_command
+from g2po_bench.train import check_run_for_eval, run_eval, run_train
 
 __all__ = ["main", "build_parser"]
 
@@ -63,10 +86,11 @@ HELP: dict[str, tuple[str, str]] = {
         "Print the resolved config as YAML (what a run saves as config.yaml), without running anything.",
         "  g2po config                                   # the CPU default\n"
         "  g2po config --preset webshop_1.5b model.path=/models/Qwen2.5-1.5B-Instruct\n"
-        "  g2po config baseline=react model=smollm2 env=webshop   # a baseline run's config",
+        "  g2po config baseline=react model=smollm2 env=webshop   # a baseline run's config\n"
+        "  g2po config --presets                         # the presets of every benchmark",
     ),
     "data": (
-        "Fetch the official data (needs internet) or generate the offline ALFWorld games.",
+        "Fetch a benchmark's official data (needs internet) or generate its embedded default's tasks offline.",
         "  g2po data download alfworld                   # into ~/.cache/g2po/alfworld, then env.data_dir=...\n"
         "  g2po data download webshop --dest /data/webshop\n"
         "  g2po data generate alfworld env.generated_train_games=200   # the embedded default's games",
@@ -113,7 +137,7 @@ def _subparser(sub, name: str, help: str) -> argparse.ArgumentParser:
 
 def _add_config_args(p: argparse.ArgumentParser, example: str = "algorithm.name=gigpo") -> None:
     p.add_argument("--config", help="YAML config file (any subset of the keys)")
-    p.add_argument("--preset", help="named preset from g2po/presets (e.g. alfworld_1.5b)")
+    p.add_argument("--preset", help="a benchmark's preset (e.g. alfworld_1.5b; `g2po config --presets` lists them)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help=f"dotted overrides, e.g. {example}")
 
 
@@ -160,24 +184,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _subparser(sub, "config", "print the resolved config as YAML")
     _add_config_args(p)
+    p.add_argument("--presets", action="store_true", help="list the presets of every registered benchmark and exit")
 
     p = _subparser(sub, "data", "fetch or generate benchmark data")
     dsub = p.add_subparsers(dest="data_command", required=True)
     d = dsub.add_parser("download", help="download official data into a cache folder (needs internet)")
-    d.add_argument("benchmark", choices=["alfworld", "webshop", "appworld"], help="which benchmark's data")
+    d.add_argument("benchmark", choices=[b.name for b in all_benchmarks() if b.downloads],
+                   help="which benchmark's data")
     d.add_argument("--dest", default=None, help="target folder (default: ~/.cache/g2po/<benchmark>)")
-    g = dsub.add_parser("generate", help="generate the offline ALFWorld games of the embedded default")
-    g.add_argument("benchmark", choices=["alfworld"], help="the benchmark to generate games for")
+    g = dsub.add_parser("generate", help="generate the embedded default's tasks offline (ALFWorld games)")
+    g.add_argument("benchmark", choices=[b.name for b in all_benchmarks() if b.generates],
+                   help="the benchmark to generate tasks for")
     _add_config_args(g, "env.generated_train_games=400")
 
     _subparser(sub, "algorithms", "list registered advantage estimators and their options")
 
-    from g2po_bench.analysis.cli import add_report_arguments
 
     p = _subparser(sub, "report", "tables and figures from run folders, beside the published numbers")
     add_report_arguments(p)
 
-    from g2po_bench.analysis.graph_cli import add_graph_arguments
 
     p = _subparser(sub, "graph", "draw one task group's state graph (PNG + HTML) from a recorded run")
     add_graph_arguments(p)
@@ -188,11 +213,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--sizes", nargs="*", default=None, type=_bench_size,
                    help="'reference' and/or row counts (default: reference batch, 1e5, 1e6)")
     b.add_argument("--repeats", type=_positive_int, default=5)
-    for name, text in (("alfworld", "ALFWorld harness steps per second"),
-                       ("webshop", "WebShop environment, index and search speed")):
-        bsub.add_parser(name, help=text + " (arguments: g2po bench " + name + " --help)")
+    for bench in all_benchmarks():
+        if type(bench).speed_benchmark is not Benchmark.speed_benchmark:
+            bsub.add_parser(bench.name, help=f"{bench.name}: environment speed (arguments: g2po bench {bench.name} --help)")
 
-    from g2po_bench.sweeps.cli import add_sweep_arguments
 
     add_sweep_arguments(sub)
     sweep = sub.choices["sweep"]
@@ -202,23 +226,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load(args):
-    from g2po_bench.core.config import load_config
-
     return load_config(args.config, args.overrides, preset=args.preset)
 
 
-def _user_errors() -> tuple[type[BaseException], ...]:
-    """Exception types that mean bad input (a config key or value, a missing or malformed data
-    folder): printed as one line with exit code 2, never as a traceback."""
-    from g2po_bench.benchmarks.alfworld.games import AlfworldDataError
-    from g2po_bench.benchmarks.loading import SplitCountError, SplitTooSmallError
-    from g2po_bench.benchmarks.webshop.products import ProductDataError
-    from g2po_bench.core.config import ConfigError
-
-    return ConfigError, AlfworldDataError, ProductDataError, SplitTooSmallError, SplitCountError
+def _error_kind(exc: BaseException) -> str:
+    """The one-line label of a user error (:data:`USER_ERRORS`)."""
+    if isinstance(exc, ConfigError):
+        return "config error"
+    if isinstance(exc, EnvironmentSetupError):
+        return "environment error"
+    return "data error"
 
 
-_OWN_PACKAGES = ("algorithms", "analysis", "baselines", "benchmarks", "g2po", "results", "sweeps")
+#: exception types that mean bad input or a missing piece the user can fix (a config key or value,
+#: a missing or malformed data folder, an environment's missing interpreter): printed as one line
+#: with exit code 2, never as a traceback
+USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, *SUITE_ERRORS)
 
 
 def _short_warnings() -> None:
@@ -231,7 +254,7 @@ def _short_warnings() -> None:
         return
 
     def fmt(message, category, filename, lineno, line=None):
-        if category.__module__.split(".")[0] in _OWN_PACKAGES:
+        if category.__module__.split(".")[0] == "g2po_bench":
             return f"warning: {message}\n"
         return default(message, category, filename, lineno, line)
 
@@ -246,21 +269,13 @@ def main(argv: list[str] | None = None) -> int:
     line and returns 2 before any model is loaded; argparse's own errors also exit with 2.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    from rich.console import Console
-
     # soft_wrap: a message stays on one line (also in a log file), whatever the terminal width
     console = Console(stderr=True, soft_wrap=True)
     _short_warnings()
-    user_errors = _user_errors()
     try:
         return _main(argv, console)
-    except user_errors as exc:
-        from g2po_bench.core.config import ConfigError
-
-        kind = "config error" if isinstance(exc, ConfigError) else "data error"
-        from rich.markup import escape
-
-        console.print(f"[red]{kind}:[/red] {escape(str(exc))}", highlight=False)
+    except USER_ERRORS as exc:
+        console.print(f"[red]{_error_kind(exc)}:[/red] {escape(str(exc))}", highlight=False)
         return 2
     except KeyboardInterrupt:
         console.print("interrupted; the run folder keeps what was written (resume with resume=true)")
@@ -268,33 +283,27 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str], console) -> int:
-    if len(argv) >= 2 and argv[0] == "bench" and argv[1] in ("alfworld", "webshop"):
+    if len(argv) >= 2 and argv[0] == "bench" and argv[1] in benchmark_names():
         # the environment benchmarks own their arguments (g2po bench webshop --help)
-        if argv[1] == "alfworld":
-            from g2po_bench.benchmarks.alfworld.bench import main as env_bench
-        else:
-            from g2po_bench.benchmarks.webshop.bench import main as env_bench
-        return int(env_bench(argv[2:], prog=f"g2po bench {argv[1]}") or 0)
+        code = get_benchmark(argv[1]).speed_benchmark(argv[2:])
+        if code is not None:
+            return int(code)
     parser = build_parser()
     args = parser.parse_args(argv)
-    from g2po_bench.core.config import ConfigError
 
     if args.command == "train":
-        from g2po_bench.train import run_train
-
         cfg = _load(args)
         run = run_train(cfg, console=console)
         console.print(f"run folder: {run.root}")
         return 0
     if args.command == "eval":
-        from g2po_bench.baselines.config import is_baseline_request
-
         if is_baseline_request(args.overrides, args.config):  # baseline.name=react ... (baselines/)
             if args.run is not None or args.name is not None:
                 raise ConfigError("--run and --name evaluate a training run; a baseline takes key=value "
                                   "settings only (g2po eval --help)")
+            # lazy: the baseline runner loads torch and transformers (about 5 s); `g2po --help`,
+            # `g2po config` and config errors must not wait for them
             from g2po_bench.baselines.run import run_baseline_cli
-            from g2po_bench.benchmarks.policies import PolicyError
 
             try:
                 out = run_baseline_cli(args.config, args.overrides, preset=args.preset, console=console)
@@ -303,9 +312,6 @@ def _main(argv: list[str], console) -> int:
                 return 1
             console.print(f"baseline run written to {out}")
             return 0
-        from g2po_bench.core.config import load_config
-        from g2po_bench.train import check_run_for_eval, run_eval
-
         if args.run is not None:
             if args.config is not None or args.preset is not None:
                 raise ConfigError("--run evaluates with the run's own config.yaml; drop --config/--preset and "
@@ -317,44 +323,31 @@ def _main(argv: list[str], console) -> int:
         out = run_eval(cfg, run_dir=args.run, console=console, overrides=args.overrides, name=args.name)
         console.print(f"evaluation written to {out}")
         return 0
+    if args.command == "config" and args.presets:
+        for name, path in sorted(preset_files().items()):
+            print(f"{name:<20} {path}")
+        return 0
     if args.command == "config":
-        from g2po_bench.baselines.config import is_baseline_request
-
         if is_baseline_request(args.overrides, args.config):  # the baseline run's config.yaml
-            import yaml
-
-            from g2po_bench.baselines.config import baseline_run_dict, load_baseline_config
-
             cfg, b = load_baseline_config(args.config, args.overrides, preset=args.preset)
             print(yaml.safe_dump(baseline_run_dict(cfg, b), sort_keys=False), end="")
             return 0
-        from g2po_bench.core.config import config_to_yaml
 
         print(config_to_yaml(_load(args)), end="")
         return 0
     if args.command == "data":
         return _data(args, console)
     if args.command == "sweep":
-        from g2po_bench.sweeps.cli import run_sweep_command
-
         return run_sweep_command(args, console)
     if args.command == "report":
-        from g2po_bench.analysis.cli import run_report
-
         return int(run_report(args))
     if args.command == "graph":
-        from g2po_bench.analysis.graph_cli import run_graph
-
         return int(run_graph(args))
     if args.command == "algorithms":
-        from g2po_bench.algorithms.registry import describe_estimators
-
         print(describe_estimators())
         return 0
     if args.command == "bench":
         if args.bench_command == "advantages":
-            from g2po_bench.algorithms.bench import main as bench_main
-
             bench_argv = ["--repeats", str(args.repeats)]
             if args.sizes:
                 bench_argv += ["--sizes", *args.sizes]
@@ -363,39 +356,22 @@ def _main(argv: list[str], console) -> int:
 
 
 def _data(args, console) -> int:
+    bench = get_benchmark(args.benchmark)
     if args.data_command == "download":
-        dest = args.dest or os.path.join(os.path.expanduser("~"), ".cache", "g2po", args.benchmark)
-        if os.path.exists(dest) and not os.path.isdir(dest):
-            from g2po_bench.core.config import ConfigError
-
-            raise ConfigError(f"--dest {dest!r} is a file, not a folder; pass a folder (it is created if missing)")
-        if args.benchmark == "alfworld":
-            from g2po_bench.benchmarks.alfworld.download import DataDownloadError, download_alfworld
-
-            fn = download_alfworld
-        elif args.benchmark == "appworld":  # `appworld download data` with DEST as the AppWorld root
-            from g2po_bench.benchmarks.appworld.download import DataDownloadError, download_appworld
-
-            fn = download_appworld
-        else:
-            from g2po_bench.benchmarks.webshop.download import DataDownloadError, download_webshop
-
-            fn = download_webshop
+        dest = Path(args.dest or Path("~/.cache/g2po").expanduser() / bench.name)
+        if dest.exists() and not dest.is_dir():
+            raise ConfigError(f"--dest {str(dest)!r} is a file, not a folder; pass a folder (it is created if missing)")
         try:
-            path = fn(dest)
+            path = bench.download(dest)
         except DataDownloadError as exc:
             console.print(f"[red]download failed:[/red] {exc}")
             return 1
-        where = f"{path}/data (the AppWorld root is {path}; or set APPWORLD_ROOT={path})" \
-            if args.benchmark == "appworld" else str(path)
-        console.print(f"{args.benchmark} data in {where}; use env.data_dir={path}")
+        console.print(f"{bench.name} data in {bench.describe_data(path)}; use env.data_dir={path}")
         return 0
     if args.data_command == "generate":
-        from g2po_bench.benchmarks.alfworld.generate import ensure_generated
-
-        cfg = _load(args)
-        path = ensure_generated(cfg.env)
-        console.print(f"generated ALFWorld games in {path}")
+        cfg = load_config(args.config, [*args.overrides, f"env.name={bench.name}"], preset=args.preset)
+        path = bench.generate(cfg.env)
+        console.print(f"generated {bench.name} tasks in {path}")
         return 0
     return 1
 

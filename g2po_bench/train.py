@@ -11,7 +11,12 @@ import json
 import time
 from pathlib import Path
 
-from g2po_bench.core.config import ConfigError, RunConfig, config_to_yaml
+from g2po_bench.algorithms.backends.common import evaluate_panel
+from g2po_bench.algorithms.backends.progress import format_rate_ci
+from g2po_bench.benchmarks.evaluation import select_panel
+from g2po_bench.benchmarks.registry import get_benchmark
+from g2po_bench.benchmarks.workers import EnvPool
+from g2po_bench.core.config import ConfigError, RunConfig, config_to_yaml, resolve_run_id
 from g2po_bench.core.rundir import RunDir, atomic_write_json, atomic_write_text, code_version
 
 __all__ = ["run_train", "run_eval", "check_fresh_run_folder", "check_run_for_eval", "eval_output_dir"]
@@ -27,11 +32,14 @@ def run_train(cfg: RunConfig, console=None) -> RunDir:
     """
     check_fresh_run_folder(cfg)
     if cfg.backend == "local":
+        # lazy: the local trainer loads torch and transformers (about 5 s); commands that only
+        # check a config or a run folder must not wait for them
         from g2po_bench.algorithms.backends.local.trainer import train
 
         return train(cfg, console=console)
     if cfg.backend == "openrlhf":
         try:
+            # lazy: OpenRLHF (Ray, DeepSpeed, vLLM) is an optional GPU dependency
             from g2po_bench.algorithms.backends.openrlhf import train as orl_train
         except ImportError as exc:
             raise RuntimeError(
@@ -59,7 +67,6 @@ def check_fresh_run_folder(cfg: RunConfig) -> None:
     """
     if cfg.resume:
         return
-    from g2po_bench.core.config import resolve_run_id
 
     run = RunDir(Path(cfg.output_dir) / resolve_run_id(cfg))
     root = run.root
@@ -158,12 +165,9 @@ def run_eval(cfg: RunConfig, run_dir: str | Path | None = None, console=None, *,
         ConfigError: no model given, a run folder without a checkpoint, a taken ``name``;
             raised before any model is loaded.
     """
-    from g2po_bench.algorithms.backends.common import evaluate_panel
+    # lazy: torch and transformers (about 5 s), loaded once the run folder and config are checked
     from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
     from g2po_bench.algorithms.backends.local.policy import LocalPolicy
-    from g2po_bench.benchmarks.evaluation import select_panel
-    from g2po_bench.benchmarks.registry import get_benchmark
-    from g2po_bench.benchmarks.workers import EnvPool
 
     checkpoint_iteration = None
     if run_dir is not None:
@@ -195,7 +199,6 @@ def run_eval(cfg: RunConfig, run_dir: str | Path | None = None, console=None, *,
         "code": code_version(), "history": [ev], "before": ev, "final": ev, "best": ev,
     })
     if console is not None:
-        from g2po_bench.algorithms.backends.progress import format_rate_ci
 
         per_type = ", ".join(f"{t} {100 * r:.1f} %" for t, r in sorted(ev["per_task_type"].items()))
         console.print(f"held-out success {format_rate_ci(ev)} at temperature {cfg.eval.temperature:g}; "

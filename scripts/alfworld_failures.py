@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     from g2po_bench.benchmarks.registry import get_benchmark
     from g2po_bench.benchmarks.rollout import collect_rollouts
     from g2po_bench.benchmarks.workers import EnvPool
-    from g2po_bench.core.config import load_config
+    from g2po_bench.runconfig import load_config
 
     cfg = load_config(overrides=args.overrides)
     if cfg.env.name != "alfworld":

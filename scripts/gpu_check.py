@@ -131,7 +131,7 @@ def build_model(out: Path, *, tiny: bool, device: str, tokenizer_vocab: int, see
 
 def run_config(a: argparse.Namespace, model_dir: Path, out: Path):
     """The run config of the check (reference batch, or toy sizes with ``--tiny``)."""
-    from g2po_bench.core.config import load_config
+    from g2po_bench.runconfig import load_config
 
     if a.tiny:
         sizes = ["train.groups_per_batch=2", "train.group_size=2", "train.max_prompt_tokens=256",

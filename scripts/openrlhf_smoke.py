@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("G2PO_OPENRLHF_VLLM_ENFORCE_EAGER", "true")  # faster start-up
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    from g2po_bench.core.config import load_config
+    from g2po_bench.runconfig import load_config
     from g2po_bench.train import run_train
 
     overrides = [

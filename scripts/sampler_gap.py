@@ -34,7 +34,7 @@ PROMPTS = ["You are in room 0 of 5.", "On the countertop 1, you see", "go east",
 def _trainer(root: Path, model_dir: str, dtype: str, lr: str):
     from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
     from g2po_bench.algorithms.backends.local.trainer import LocalTrainer
-    from g2po_bench.core.config import load_config
+    from g2po_bench.runconfig import load_config
 
     cfg = load_config(None, ["env.name=toy", f"output_dir={root / 'runs'}", f"model.path={model_dir}",
                              "model.device=cpu", "progress=false", "train.sft_epochs=0", f"model.dtype={dtype}",

@@ -9,7 +9,7 @@
 - :mod:`g2po_bench.sweeps.scheduler`: is a job pending, running or over (squeue/sacct, /proc).
 - :mod:`g2po_bench.sweeps.cli`: ``g2po sweep launch|status|cancel|list``.
 - ``sweeps/slurm/start_cluster.sh`` / ``stop_cluster.sh``: a real single-node Slurm cluster
-  for tests and CI. :mod:`g2po_bench.sweeps.testing`: helpers for the tests.
+  for tests and CI (the tests' helpers are ``tests/sweep_support.py``).
 
 See ``sweeps/README.md`` for the spec format, the commands and the design.
 """

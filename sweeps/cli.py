@@ -20,6 +20,10 @@ import json
 import shutil
 import sys
 
+from g2po_bench.core.config import ConfigError
+from g2po_bench.sweeps import launcher
+from g2po_bench.sweeps.spec import SPEC_DIR, SpecError, load_spec
+
 __all__ = ["add_sweep_arguments", "run_sweep_command", "main"]
 
 
@@ -72,7 +76,6 @@ def _stdout_console():
 
 
 def _vars(items: list[str]) -> dict[str, str]:
-    from g2po_bench.sweeps.spec import SpecError
 
     out = {}
     for it in items:
@@ -147,9 +150,6 @@ def print_status(spec, rows, console=None) -> None:
 
 def run_sweep_command(args, console) -> int:
     """Dispatch ``g2po sweep ...``; ``console`` is the stderr console of the CLI."""
-    from g2po_bench.core.config import ConfigError
-    from g2po_bench.sweeps import launcher
-    from g2po_bench.sweeps.spec import SPEC_DIR, SpecError, load_spec
 
     if args.sweep_command == "list":
         out = _stdout_console()

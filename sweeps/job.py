@@ -66,7 +66,11 @@ from typing import Any
 import submitit
 import yaml
 
+from g2po_bench.benchmarks.shutdown import install_fork_hook
 from g2po_bench.core.rundir import RunDir, append_jsonl, atomic_write_text
+from g2po_bench.runconfig import load_config
+from g2po_bench.sweeps.claims import acquire, describe_owner
+from g2po_bench.train import run_train
 
 __all__ = ["RunTask", "SweepJob", "export_allocation", "log_event"]
 
@@ -154,7 +158,6 @@ def _task_config(task: RunTask, load_config):
 
 def train_one(task: RunTask, console=None) -> dict[str, Any]:
     """Claim and train one run; returns ``{"run_id", "state": done|failed|skipped, ...}``."""
-    from g2po_bench.sweeps.claims import acquire, describe_owner
 
     run = RunDir(task.runs_dir / task.run_id)
     st = run.read_status()
@@ -171,8 +174,6 @@ def train_one(task: RunTask, console=None) -> dict[str, Any]:
         if st and st.get("state") == "done":
             log_event(task.sweep_dir, run_id=task.run_id, event="skipped", reason="already done")
             return {"run_id": task.run_id, "state": "skipped", "reason": "already done"}
-        from g2po_bench.core.config import load_config
-        from g2po_bench.train import run_train
 
         resume_from = _has_checkpoint(run)
         if resume_from is None and run.metrics_path.exists():
@@ -214,7 +215,6 @@ def _quiet_forked_children() -> None:
     handlers (and checkpoint and requeue the job themselves when Slurm signals every process of
     the step): every forked child ignores the job's signals instead and dies with its parent
     (:mod:`g2po_bench.benchmarks.shutdown`, where the whole signal policy is written down)."""
-    from g2po_bench.benchmarks.shutdown import install_fork_hook
 
     install_fork_hook()
 
@@ -290,6 +290,7 @@ def _worker_node(task: RunTask, alloc: dict[str, str]) -> dict[str, Any]:  # pra
         return {"run_id": task.run_id, "state": "skipped", "reason": f"rank {alloc['G2PO_NODE_RANK']}: "
                 f"backend {backend} uses one node"}
     try:  # the backend's own worker role (same contract: the G2PO_* variables)
+        # lazy: the OpenRLHF backend (Ray) is an optional GPU dependency
         from g2po_bench.algorithms.backends.openrlhf.cluster import join_as_worker, read_allocation
     except ImportError:
         join_as_worker = None

@@ -48,7 +48,7 @@ from g2po_bench.core.rundir import (
 from g2po_bench.sweeps.claims import claim_state, flocked, read_claim
 from g2po_bench.sweeps.job import RunTask, SweepJob
 from g2po_bench.sweeps.scheduler import HOST, JobState, job_states, process_start
-from g2po_bench.sweeps.spec import PlannedRun, SweepSpec, expand
+from g2po_bench.sweeps.spec import PlannedRun, Resources, SpecError, SweepSpec, _parse_where, expand
 
 __all__ = [
     "CLUSTERS",
@@ -320,7 +320,6 @@ def launch(spec: SweepSpec, cluster: str, *, where: list[str] | None = None, dry
 def runs_from_state(spec: SweepSpec, where: list[str] | None = None) -> list[PlannedRun]:
     """The runs recorded in ``sweep.json`` (for status/cancel when the spec cannot be expanded
     here, e.g. its variables are not set in this shell). ``where`` filters on the labels."""
-    from g2po_bench.sweeps.spec import Resources, _parse_where
 
     filters = _parse_where(where)
     out = []
@@ -338,7 +337,6 @@ def runs_from_state(spec: SweepSpec, where: list[str] | None = None) -> list[Pla
 
 def expand_or_state(spec: SweepSpec, where: list[str] | None = None, console=None) -> list[PlannedRun]:
     """:func:`expand`, or the runs of the sweep state when the spec does not expand here."""
-    from g2po_bench.sweeps.spec import SpecError
 
     try:
         return expand(spec, where)

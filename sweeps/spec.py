@@ -33,7 +33,7 @@ values a selected run uses are resolved, so a missing model path of the 7B rows 
 a launch restricted to the 1.5B rows (``--where``).
 
 :func:`expand` turns a spec into :class:`PlannedRun` objects and validates every resolved
-config with :func:`g2po_bench.core.config.load_config` (plus the resource rules) before anything is
+config with :func:`g2po_bench.runconfig.load_config` (plus the resource rules) before anything is
 submitted: a broken spec fails with all its errors, naming the run and the key. The run id is
 :func:`g2po_bench.core.config.resolve_run_id` of the resolved config (``<env>-<algorithm>-s<seed>-<hash>``),
 so two grid points that resolve to the same config are one run.
@@ -52,6 +52,9 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+
+from g2po_bench.core.config import ConfigError, config_to_dict, resolve_run_id
+from g2po_bench.runconfig import load_config
 
 __all__ = [
     "SpecError",
@@ -446,7 +449,6 @@ def expand(spec: SweepSpec, where: list[str] | None = None) -> list[PlannedRun]:
     Raises:
         SpecError: listing every run that fails (bad key, bad value, unresolved variable, ...).
     """
-    from g2po_bench.core.config import ConfigError, config_to_dict, load_config, resolve_run_id
 
     raw = spec.raw
     base = raw.get("base")

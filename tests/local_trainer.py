@@ -10,7 +10,7 @@ from g2po_bench.algorithms.backends.local.model import build_tiny_model, load_mo
 from g2po_bench.algorithms.backends.local.policy import LocalPolicy
 from g2po_bench.algorithms.backends.local.trainer import LocalTrainer
 from g2po_bench.benchmarks.rollout import RolloutBatch
-from g2po_bench.core.config import load_config
+from g2po_bench.runconfig import load_config
 
 CORPUS = ["You are in room 0 of 5. <think>go on</think><action>go east</action>",
           "On the countertop 1, you see a apple 2. <think>take it</think><action>take apple 2 from countertop 1</action>"] * 10

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
+from synthetic_runs import make_eval, write_synthetic_run
 
 from g2po_bench.analysis.load import DuplicateRunsError, load_runs
 from g2po_bench.analysis.naming import method_name, model_size_of, variant_of
-from g2po_bench.analysis.synthetic import make_eval, write_synthetic_run
 from g2po_bench.core.rundir import RunDir, atomic_write_text
 
 ALF = {

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 
 import pytest
+from synthetic_runs import make_eval, write_synthetic_run
 
 from g2po_bench.analysis import figures as F
-from g2po_bench.analysis.cli import add_report_arguments
+from g2po_bench.analysis.cli import add_report_arguments, main
 from g2po_bench.analysis.load import load_runs
-from g2po_bench.analysis.report import build_report, main, write_report
-from g2po_bench.analysis.synthetic import make_eval, write_synthetic_run
+from g2po_bench.analysis.report import build_report
 from g2po_bench.core.rundir import atomic_write_text
 
 TYPES = [
@@ -111,7 +111,7 @@ def test_report_end_to_end(tmp_path):
 
 def test_report_on_empty_folder_and_cli(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    p = write_report(tmp_path / "empty", tmp_path / "r0", figures=False)
+    p = build_report(tmp_path / "empty", tmp_path / "r0", figures=False).report_path
     text = p.read_text(encoding="utf-8")
     assert "Runs: 0 included" in text and "| 1.5B | G2PO | — | — | ≈97.2 | — |" in text
     write_runs(tmp_path / "runs")

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from synthetic_runs import make_eval, write_synthetic_run
 
 from g2po_bench.analysis.aggregate import aggregate_metrics, metrics_long
 from g2po_bench.analysis.load import load_runs
 from g2po_bench.analysis.reference import load_reference
-from g2po_bench.analysis.synthetic import make_eval, write_synthetic_run
 from g2po_bench.analysis.tables import (
     TABLE1,
     TABLE2,

@@ -71,16 +71,16 @@ def test_step_seeds_are_distinct_across_trials():
 
 
 def test_examples_come_from_training_tasks_and_win():
-    ex = select_examples(TOY, "toy", None, "train", per_type=2, task_types=TOY.TASK_TYPES, max_steps=10,
+    ex = select_examples(TOY, "toy", None, "train", per_type=2, task_types=TOY.task_types, max_steps=10,
                          eval_split="valid")
     trs = ex["corridor"]
     assert len(trs) == 2 and all(t.won and t.task_id.startswith("train/") for t in trs)
     assert trs[0].steps[0][1] == "go east" and "goal" in trs[0].steps[0][0].lower()
     with pytest.raises(ValueError, match="training split"):
-        select_examples(TOY, "toy", None, "valid", per_type=1, task_types=TOY.TASK_TYPES, max_steps=10,
+        select_examples(TOY, "toy", None, "valid", per_type=1, task_types=TOY.task_types, max_steps=10,
                         eval_split="valid")
     with pytest.raises(ValueError, match="on the evaluation panel"):
-        select_examples(TOY, "toy", None, "train", per_type=1, task_types=TOY.TASK_TYPES, max_steps=10,
+        select_examples(TOY, "toy", None, "train", per_type=1, task_types=TOY.task_types, max_steps=10,
                         exclude_ids=["train/corridor-2"])
 
 

@@ -24,7 +24,7 @@ def test_alfworld_panel_and_examples_from_training_games():
     bench = get_benchmark("alfworld")
     cfg = EnvConfig(name="alfworld", data_dir=str(data))
     panel = select_panel(bench.load_tasks(cfg, "valid_seen"), 12)
-    assert collections.Counter(t.task_type for t in panel) == {t: 2 for t in bench.TASK_TYPES}
+    assert collections.Counter(t.task_type for t in panel) == {t: 2 for t in bench.task_types}
     types = ["pick_heat_then_place_in_recep", "pick_two_obj_and_place"]
     ex = select_examples(bench, "alfworld", cfg, "valid_train", per_type=1, task_types=types, max_steps=50,
                          exclude_ids=[t.task_id for t in panel], eval_split="valid_seen")
@@ -39,7 +39,7 @@ def test_webshop_examples_from_training_goals():
     data = require_shared("webshop")
     bench = get_benchmark("webshop")
     cfg = EnvConfig(name="webshop", data_dir=str(data))
-    ex = select_examples(bench, "webshop", cfg, "train", per_type=2, task_types=bench.TASK_TYPES, max_steps=15,
+    ex = select_examples(bench, "webshop", cfg, "train", per_type=2, task_types=bench.task_types, max_steps=15,
                          eval_split="test")
     trs = ex["webshop"]
     assert len(trs) == 2 and all(t.won for t in trs)

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from g2po_bench.cli import main
-from g2po_bench.core.config import load_config
+from g2po_bench.runconfig import load_config
 from g2po_bench.train import run_train
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,8 +15,8 @@ import json
 
 import pytest
 
-from g2po_bench.core.config import load_config
 from g2po_bench.core.rundir import read_jsonl
+from g2po_bench.runconfig import load_config
 from g2po_bench.train import run_train
 
 EASY = [

@@ -16,7 +16,8 @@ from transformers import GenerationConfig
 from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
 from g2po_bench.algorithms.backends.local.policy import LocalPolicy, pack_sequences, plan_batches
 from g2po_bench.algorithms.backends.local.sampling import SamplingParams, model_generation_overrides
-from g2po_bench.core.config import ConfigError, load_config
+from g2po_bench.core.config import ConfigError
+from g2po_bench.runconfig import load_config
 
 QWEN_LIKE = {"do_sample": True, "repetition_penalty": 1.1, "temperature": 0.7, "top_p": 0.8, "top_k": 20}
 
@@ -178,8 +179,8 @@ def test_a_sampler_one_update_behind_warns_and_status_records_it(tmp_path, monke
 
     from g2po_bench.algorithms.backends.common import StaleSamplerWarning
     from g2po_bench.algorithms.backends.local.trainer import LocalTrainer
-    from g2po_bench.core.config import load_config
     from g2po_bench.core.rundir import read_jsonl
+    from g2po_bench.runconfig import load_config
     from g2po_bench.train import run_train
 
     prepare = LocalTrainer._prepare_training

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from g2po_bench.algorithms.backends.batching import mini_batch_sizes, split_mini_batches
-from g2po_bench.core.config import ConfigError, config_hash, load_config
+from g2po_bench.core.config import ConfigError, config_hash
+from g2po_bench.runconfig import load_config
 
 
 def test_129_rows_at_128_fixed_keeps_the_one_row_step_balanced_does_not():

@@ -37,7 +37,7 @@ from g2po_bench.algorithms.backends.common import estimator_options as local_est
 from g2po_bench.algorithms.registry import estimate  # noqa: E402
 from g2po_bench.benchmarks.rollout import collect_rollouts  # noqa: E402
 from g2po_bench.benchmarks.workers import EnvPool  # noqa: E402
-from g2po_bench.core.config import load_config  # noqa: E402
+from g2po_bench.runconfig import load_config  # noqa: E402
 
 _STUB_ROOTS = ("vllm", "flash_attn")
 
@@ -204,7 +204,7 @@ def test_step_rows_become_openrlhf_experiences_and_back(orl):
 def test_experience_maker_writes_the_registry_advantages_on_action_tokens(orl, name):
     """OpenRLHF's experience maker, with the suite's advantages: equal to the local backend's
     per-step advantages on every response token, 0 elsewhere (values read at the prompt end)."""
-    from g2po_bench.algorithms.backends.openrlhf.advantages import step_advantages
+    from g2po_bench.algorithms.backends.common import step_advantages
 
     rb = toy_rollouts(seed=3)
     cfg = load_config(overrides=[f"algorithm.name={name}", "env.name=toy", "backend=openrlhf"])

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from g2po_bench.algorithms.backends.openrlhf.advantages import (
+from g2po_bench.algorithms.backends.common import (
     estimator_options,
     needs_critic,
     step_advantages,
@@ -21,7 +21,7 @@ from g2po_bench.algorithms.backends.openrlhf.cluster import (
     read_allocation,
 )
 from g2po_bench.algorithms.backends.openrlhf.settings import OpenRLHFSettings, load_settings
-from g2po_bench.core.config import load_config
+from g2po_bench.runconfig import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,9 +44,9 @@ _orig = importlib.util.find_spec
 importlib.util.find_spec = lambda n, *a: None if n.split(".")[0] in BLOCK else _orig(n, *a)
 import g2po_bench.algorithms.backends.openrlhf as b
 import g2po_bench.algorithms.backends.openrlhf.settings, g2po_bench.algorithms.backends.openrlhf.cluster
-import g2po_bench.algorithms.backends.openrlhf.advantages, g2po_bench.algorithms.backends.openrlhf.policy
+import g2po_bench.algorithms.backends.common, g2po_bench.algorithms.backends.openrlhf.policy
 import g2po_bench.cli, g2po_bench.train
-from g2po_bench.core.config import load_config
+from g2po_bench.runconfig import load_config
 assert set(b.missing_requirements()) == BLOCK, b.missing_requirements()
 try:
     g2po_bench.train.run_train(load_config(overrides=["backend=openrlhf", "env.name=toy"]))

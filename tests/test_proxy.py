@@ -1,7 +1,8 @@
 """The CPU proxy (the embedded default of `g2po train`): its preset, its fixed panel, its prompt."""
 
 from g2po_bench.benchmarks.evaluation import select_panel
-from g2po_bench.core.config import config_to_dict, load_config
+from g2po_bench.core.config import config_to_dict
+from g2po_bench.runconfig import load_config
 
 
 def test_the_embedded_default_is_the_alfworld_cpu_preset():

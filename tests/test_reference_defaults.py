@@ -11,7 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from g2po_bench.algorithms import losses  # noqa: E402
-from g2po_bench.core.config import ConfigError, TrainConfig, load_config  # noqa: E402
+from g2po_bench.core.config import ConfigError, TrainConfig  # noqa: E402
+from g2po_bench.runconfig import load_config  # noqa: E402
 
 REFERENCE = {"weight_decay": 0.01, "value_lr": 1e-5, "value_weight_decay": 0.01, "clip_ratio_c": 3.0,
              "kl_clamp": 10.0, "loss_agg_mode": "token-mean", "clip_ratio": 0.2, "kl_estimator": "k3",

@@ -176,7 +176,8 @@ def test_describe_lists_every_option():
 
 def test_config_validation_uses_the_registry():
     pytest.importorskip("omegaconf")
-    from g2po_bench.core.config import ConfigError, load_config
+    from g2po_bench.core.config import ConfigError
+    from g2po_bench.runconfig import load_config
 
     cfg = load_config(overrides=["algorithm.options.graph_scope=batch"])
     assert cfg.algorithm.options == {"graph_scope": "batch"}

@@ -3,6 +3,7 @@
 import random
 
 import numpy as np
+from faulty_toy import faulty_toy
 
 from g2po_bench.benchmarks.policy import Generation
 from g2po_bench.benchmarks.registry import get_benchmark
@@ -113,7 +114,7 @@ def test_same_seed_same_rollouts():
 
 def test_crashing_environment_is_restarted_and_its_episode_fails():
     tasks = TOY.load_tasks(None, "train")[3:4]  # corridor of length 5
-    with EnvPool("toy", None, 1) as pool:
+    with EnvPool(faulty_toy().name, None, 1) as pool:
         rb = collect_rollouts(ScriptedPolicy([act("raise error")]), pool, TOY, tasks, group_size=2,
                               max_steps=5, temperature=1.0, max_new_tokens=8, seed=0)
         assert all(t["crashed"] and not t["success"] and t["num_steps"] == 1 for t in rb.trajectories)
@@ -125,7 +126,7 @@ def test_crashing_environment_is_restarted_and_its_episode_fails():
 
 def test_dead_worker_process_is_restarted():
     tasks = TOY.load_tasks(None, "train")[3:4]
-    with EnvPool("toy", None, 2) as pool:
+    with EnvPool(faulty_toy().name, None, 2) as pool:
         rb = collect_rollouts(ScriptedPolicy([act("kill process")]), pool, TOY, tasks, group_size=2,
                               max_steps=5, temperature=1.0, max_new_tokens=8, seed=0)
         assert all(t["crashed"] and not t["success"] for t in rb.trajectories)

@@ -239,7 +239,7 @@ def _crashing_rollouts(monkeypatch, iteration: int, times: int) -> list[int]:
 
 
 def _cfg(out, *extra):
-    from g2po_bench.core.config import load_config
+    from g2po_bench.runconfig import load_config
 
     return load_config(None, tp.train_args(out, "train.iterations=3", *extra))
 
@@ -273,9 +273,10 @@ def test_run_fails_with_the_reason_when_the_iteration_stays_crashed_heavy(tmp_pa
 
 
 def test_report_flags_a_run_with_a_crashed_heavy_iteration(tmp_path):
+    from synthetic_runs import make_eval, write_synthetic_run
+
     from g2po_bench.analysis.load import load_runs
     from g2po_bench.analysis.report import build_report
-    from g2po_bench.analysis.synthetic import make_eval, write_synthetic_run
     from g2po_bench.core.crashes import crashed_heavy_iterations
 
     ev = make_eval(3, 0.5, {"pick_and_place_simple": 0.5})

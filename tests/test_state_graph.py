@@ -26,8 +26,9 @@ from g2po_bench.analysis.state_graph import (
 from g2po_bench.benchmarks.rollout import collect_rollouts, state_label
 from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.cli import main as cli_main
-from g2po_bench.core.config import config_hash, load_config
+from g2po_bench.core.config import config_hash
 from g2po_bench.core.steptable import read_step_table, recorded_iterations, write_step_table
+from g2po_bench.runconfig import load_config
 
 COMMON = ("mode", "gamma", "step_weight", "invalid_penalty", "success_reward")
 

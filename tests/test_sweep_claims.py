@@ -10,6 +10,7 @@ import subprocess
 import time
 
 import pytest
+from sweep_support import toy_spec
 
 from g2po_bench.core.rundir import RunDir
 from g2po_bench.sweeps import claims, scheduler
@@ -18,7 +19,6 @@ from g2po_bench.sweeps.job import RunTask, train_one
 from g2po_bench.sweeps.launcher import SweepState, plan_launch
 from g2po_bench.sweeps.scheduler import HOST, JobState, process_start
 from g2po_bench.sweeps.spec import expand, load_spec
-from g2po_bench.sweeps.testing import toy_spec
 
 
 def _sleeper():

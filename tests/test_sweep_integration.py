@@ -26,10 +26,7 @@ import subprocess
 import sys
 
 import pytest
-
-from g2po_bench.sweeps import launcher
-from g2po_bench.sweeps.spec import expand, load_spec
-from g2po_bench.sweeps.testing import (
+from sweep_support import (
     assert_complete_run,
     checkpoint_iteration,
     events,
@@ -44,6 +41,9 @@ from g2po_bench.sweeps.testing import (
     toy_spec,
     wait_for,
 )
+
+from g2po_bench.sweeps import launcher
+from g2po_bench.sweeps.spec import expand, load_spec
 
 pytestmark = pytest.mark.slow
 TIMEOUT = 600

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from sweep_support import run_cli, toy_spec
 
 from g2po_bench.sweeps.spec import SPEC_DIR, SpecError, expand, load_spec
-from g2po_bench.sweeps.testing import run_cli, toy_spec
 
 PAPER_SPECS = {  # spec -> number of runs
     "main_table": 72,
@@ -99,7 +99,8 @@ def test_smoke_spec_runs_anywhere():
 
 
 def test_cpu_proxy_spec_is_the_default_with_three_estimators_and_five_seeds():
-    from g2po_bench.core.config import config_to_dict, load_config
+    from g2po_bench.core.config import config_to_dict
+    from g2po_bench.runconfig import load_config
 
     runs = expand(load_spec("cpu_proxy"))
     assert len(runs) == 15
@@ -204,3 +205,17 @@ def test_dry_run_prints_the_plan_and_submits_nothing(tmp_path):
     bad = run_cli(["launch", str(toy_spec(tmp_path / "b.yaml", "b", extra={"grid": {"algorithm.name": ["x"]}})),
                    "--cluster", "local", "--output-dir", str(out)], cwd=tmp_path)
     assert bad.returncode == 2 and "algorithm.name" in bad.stderr and not out.exists()
+
+
+def test_the_cpu_proxy_spec_still_plans_the_committed_run_folders():
+    """Run ids are config hashes: a refactor or a new config key that changed them would orphan the
+    committed comparison (results/proxy/sweep/runs); the spec must keep planning every one of them."""
+    from pathlib import Path
+
+    from g2po_bench.sweeps.spec import expand, load_spec
+
+    committed = {p.name for p in (Path(__file__).resolve().parents[1] / "results" / "proxy" / "sweep" / "runs").iterdir()
+                 if p.is_dir()}
+    assert len(committed) >= 15
+    planned = {r.run_id for r in expand(load_spec("cpu_proxy"))}
+    assert committed <= planned, sorted(committed - planned)

@@ -6,8 +6,8 @@ import shutil
 import numpy as np
 import pytest
 
-from g2po_bench.core.config import load_config
 from g2po_bench.core.rundir import read_jsonl
+from g2po_bench.runconfig import load_config
 from g2po_bench.train import run_train
 
 TOY = [
@@ -184,7 +184,7 @@ def test_resume_gives_the_same_metrics_as_a_straight_run(tmp_path, algorithm):
     """Issue 39, item 2: 4 iterations straight and 2 iterations then resume=true to 4 give the same
     metrics, timings aside. PPO's critic resumes with its AdamW state (its moments and step count
     were lost before: loss/value differed from iteration 3 on)."""
-    from g2po_bench.sweeps.testing import is_timing_key
+    from sweep_support import is_timing_key
 
     def rows(run):
         return [{k: v for k, v in m.items() if not is_timing_key(k)} for m in read_jsonl(run.metrics_path)]

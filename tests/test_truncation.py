@@ -24,8 +24,8 @@ from g2po_bench.benchmarks.policy import Generation, response_was_cut
 from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.rollout import collect_rollouts
 from g2po_bench.benchmarks.workers import EnvPool
-from g2po_bench.core.config import load_config
 from g2po_bench.core.rundir import read_jsonl
+from g2po_bench.runconfig import load_config
 from g2po_bench.train import run_train
 
 TOY = get_benchmark("toy")

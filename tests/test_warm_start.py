@@ -6,7 +6,7 @@ import torch
 from test_train import TOY as TRAIN_TOY
 
 from g2po_bench.algorithms.backends.local.warm_start import warm_start_key, warm_start_settings
-from g2po_bench.core.config import load_config
+from g2po_bench.runconfig import load_config
 from g2po_bench.train import run_train
 
 #: the toy training run of test_train.py, shorter (later overrides win)

@@ -353,7 +353,8 @@ def test_spacy_nouns_are_the_noun_and_propn_tags():
 
 def test_missing_noun_model_is_a_config_error(tmp_path, monkeypatch):
     from g2po_bench.benchmarks.webshop import nouns
-    from g2po_bench.core.config import ConfigError, load_config
+    from g2po_bench.core.config import ConfigError
+    from g2po_bench.runconfig import load_config
 
     cfg = load_config(overrides=["env.name=webshop", "env.webshop_nouns=heuristic"])
     assert cfg.env.webshop_nouns == "heuristic" and cfg.env.webshop_reward == "original"

@@ -176,9 +176,10 @@ def test_score_counts_every_episode_a_non_buyer_scores_zero(cfg):
     buyers = {env.reset(t).instruction: [a.lower() for a in ws.expert_actions(t)] for t in tasks[:3]}
     max_steps = max(len(p) for p in buyers.values())
     with EnvPool("webshop", cfg, num_workers=1) as pool:
-        ev = evaluate(_BuyOrSearchPolicy(buyers), pool, ws, tasks, iteration=0, max_steps=max_steps,
+        ev = evaluate(_BuyOrSearchPolicy(buyers), pool, ws.BENCHMARK, tasks, iteration=0, max_steps=max_steps,
                       temperature=0.4, max_new_tokens=8, seed=0)
-        rb = collect_rollouts(_BuyOrSearchPolicy(buyers), pool, ws, tasks, group_size=1, max_steps=max_steps,
+        rb = collect_rollouts(_BuyOrSearchPolicy(buyers), pool, ws.BENCHMARK, tasks, group_size=1,
+                              max_steps=max_steps,
                               temperature=1.0, max_new_tokens=8, seed=0)
     # training rollouts and their metrics count every episode the same way
     assert [t["score"] for t in rb.trajectories] == [100.0] * 3 + [0.0] * 3

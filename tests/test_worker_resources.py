@@ -175,7 +175,7 @@ def test_alfworld_workers_are_forked_with_the_engine_already_imported():
     import sys
 
     code = ("import sys\n"
-            "from g2po_bench.core.config import load_config\n"
+            "from g2po_bench.runconfig import load_config\n"
             "from g2po_bench.benchmarks.workers import EnvPool\n"
             "assert 'textworld' not in sys.modules\n"
             "pool = EnvPool('alfworld', load_config().env, num_workers=1)\n"

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from g2po_bench.sweeps.testing import descendants, kill_tree  # shared with the sweep tests
+from sweep_support import descendants, kill_tree  # shared with the sweep tests
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -84,8 +84,8 @@ def metrics(out: Path) -> list[dict]:
 
 
 def without_timings(records: list[dict]) -> list[dict]:
-    """``records`` without their timing keys (:func:`g2po_bench.sweeps.testing.is_timing_key`)."""
-    from g2po_bench.sweeps.testing import is_timing_key
+    """``records`` without their timing keys (:func:`sweep_support.is_timing_key`)."""
+    from sweep_support import is_timing_key
 
     return [{k: v for k, v in r.items() if not is_timing_key(k)} for r in records]
 
@@ -109,7 +109,7 @@ def wait_for_iteration(out: Path, k: int, proc: subprocess.Popen, timeout: float
 
 def signal_job(pid: int, sig: int) -> list[int]:
     """Send ``sig`` to ``pid`` and all its descendants (as Slurm signals a job step); returns
-    the descendants signalled (:func:`g2po_bench.sweeps.testing.kill_tree`)."""
+    the descendants signalled (:func:`sweep_support.kill_tree`)."""
     return kill_tree(pid, sig)
 
 

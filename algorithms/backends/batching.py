@@ -34,10 +34,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeVar
 
+from g2po_bench.core.config import MINI_BATCH_SPLITS
+
 __all__ = ["MINI_BATCH_SPLITS", "mini_batch_sizes", "split_mini_batches"]
 
-#: the rules of ``train.mini_batch_split`` (module docstring)
-MINI_BATCH_SPLITS = ("fixed", "balanced")
+# MINI_BATCH_SPLITS: the rules of ``train.mini_batch_split`` (module docstring), from the config schema
 
 T = TypeVar("T")
 

@@ -29,6 +29,7 @@ import numpy as np
 from g2po_bench.algorithms.registry import AdvantageResult, estimate, estimator_spec
 from g2po_bench.benchmarks.evaluation import evaluate, select_panel
 from g2po_bench.benchmarks.rollout import RolloutBatch, collect_rollouts, success_by_task_type
+from g2po_bench.core.steptable import BASE_COLUMNS, write_step_table
 
 __all__ = ["STALE_SAMPLER_GAP", "StaleSamplerWarning", "SamplerGapMonitor", "needs_critic", "estimator_options", "step_advantages", "eval_summary", "eval_record",
            "at_train_temperature", "train_temperature_eval_due", "load_task_splits",
@@ -265,7 +266,6 @@ def step_table_columns(cfg, rb: RolloutBatch, res: AdvantageResult,
     Raises:
         ValueError: a row term is named like a base column.
     """
-    from g2po_bench.core.steptable import BASE_COLUMNS
 
     st = rb.steps
     n = len(st)
@@ -306,7 +306,6 @@ def record_step_table(run_root, cfg, rb: RolloutBatch, res: AdvantageResult, ite
     """
     if not getattr(cfg, "record_graphs", False):
         return {}
-    from g2po_bench.core.steptable import write_step_table
 
     t0 = time.time()
     columns, meta = step_table_columns(cfg, rb, res, values)

@@ -8,6 +8,7 @@
 - :func:`build_prompt`, :func:`expert_response`: the verl-agent step prompt and short expert
   responses for supervised warm starts; :func:`expert_actions`: a game's walkthrough.
 - :data:`TASK_TYPES` (Pick, Look, Clean, Heat, Cool, Pick2 order) and :data:`SHORT_NAMES`.
+- :data:`BENCHMARK`: all of it as the suite's :class:`~g2po_bench.benchmarks.base.Benchmark`.
 
 Importing this package is cheap: alfworld/textworld are imported only when an engine is built
 or games are generated.
@@ -15,9 +16,13 @@ or games are generated.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from g2po_bench.benchmarks.alfworld import engine
+from g2po_bench.benchmarks.alfworld.bench import main as speed_benchmark_main
+from g2po_bench.benchmarks.alfworld.download import EXPECTED_SPLITS, download_alfworld
 from g2po_bench.benchmarks.alfworld.env import AlfworldEnv
 from g2po_bench.benchmarks.alfworld.games import (
     SHORT_NAMES,
@@ -28,7 +33,11 @@ from g2po_bench.benchmarks.alfworld.games import (
     load_walkthrough,
     scan_games,
 )
-from g2po_bench.benchmarks.alfworld.prompt import build_prompt, expert_response
+from g2po_bench.benchmarks.alfworld.generate import ensure_generated, generate_games
+from g2po_bench.benchmarks.alfworld.prompt import build_prompt, expert_response, plan_sentence
+from g2po_bench.benchmarks.base import Benchmark
+from g2po_bench.benchmarks.loading import check_split_count, require_at_least
+from g2po_bench.core.config import require
 from g2po_bench.core.protocol import IfAdmissible, Mistake, Task, state_key_rule
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -54,6 +63,11 @@ __all__ = [
     "OPENABLE_RECEPTACLES",
     "expert_response",
     "data_root",
+    "ensure_generated",
+    "generate_games",
+    "download_alfworld",
+    "AlfworldBenchmark",
+    "BENCHMARK",
 ]
 
 #: the reference action projection (verl-agent ``alfworld_projection``: 30-character fallback)
@@ -70,8 +84,6 @@ def data_root(cfg: EnvConfig) -> Path:
     games once if needed, see :func:`g2po_bench.benchmarks.alfworld.generate.ensure_generated`)."""
     if cfg.data_dir is not None:
         return Path(cfg.data_dir)
-    from g2po_bench.benchmarks.alfworld.generate import ensure_generated
-
     return ensure_generated(cfg)
 
 
@@ -110,9 +122,6 @@ def _check_official_count(cfg: EnvConfig, root: Path, split: str, scan) -> None:
     games) that loads another number of games: a warning naming the games left out (not marked
     solvable, or failing to load), or an error for the run's evaluation split unless
     ``env.allow_incomplete_eval_split`` (:func:`g2po_bench.benchmarks.loading.check_split_count`)."""
-    from g2po_bench.benchmarks.alfworld.download import EXPECTED_SPLITS
-    from g2po_bench.benchmarks.loading import check_split_count
-
     expected = EXPECTED_SPLITS.get(split)
     if expected is None:
         return
@@ -126,10 +135,6 @@ def _check_manifest(root: Path, split: str, have: int, *, generated: bool, filte
     """A split that loads fewer games than its manifest records is an error: the generator's
     ``manifest.json`` (``splits``), or the download's ``g2po_download.json`` (``games``, only
     without a task-type filter)."""
-    import json
-
-    from g2po_bench.benchmarks.loading import require_at_least
-
     name, key, fix = (("manifest.json", "splits", "delete the folder and run `g2po data generate alfworld` "
                        "with the same settings to generate them again") if generated else
                       ("g2po_download.json", "games", "run `g2po data download alfworld` again "
@@ -269,17 +274,66 @@ def expert_stall(plan: list[str], rng, prob: float, max_len: int) -> list[str]:
     return out
 
 
-def __getattr__(name: str) -> Any:  # lazy access to heavier helpers
-    if name in ("generate_games", "ensure_generated"):
-        from g2po_bench.benchmarks.alfworld import generate
+class AlfworldBenchmark(Benchmark):
+    """ALFWorld (Shridhar et al., ICLR 2021) as the suite's benchmark: the functions of this
+    package, the compact prompt for the tiny CPU model, offline game generation and the
+    official download."""
 
-        return getattr(generate, name)
-    if name == "preload_worker_modules":  # g2po_bench.benchmarks.registry's optional interface
-        from g2po_bench.benchmarks.alfworld import engine
+    name = "alfworld"
+    task_types = TASK_TYPES
+    projection = PROJECTION
+    prompt_styles = ("reference", "compact")
+    agent_intro = (
+        'You are an expert agent operating in the ALFRED Embodied Environment, a text-based '
+        'household. You solve a task by interacting with the environment one step at a time; the '
+        'environment answers every action with an observation.'
+    )
+    downloads = True
+    generates = True
+    expert_detour = staticmethod(expert_detour)
+    expert_stall = staticmethod(expert_stall)
+    expert_mistake = staticmethod(expert_mistake)
 
-        return engine.preload_worker_modules
-    if name in ("download_alfworld", "DataDownloadError"):
-        from g2po_bench.benchmarks.alfworld import download
+    # the package's functions are the protocol's required parts
+    load_tasks = staticmethod(load_tasks)
+    make_env = staticmethod(make_env)
+    build_prompt = staticmethod(build_prompt)
+    expert_actions = staticmethod(expert_actions)
+    expert_response = staticmethod(expert_response)
 
-        return getattr(download, name)
-    raise AttributeError(name)
+    def validate_config(self, cfg) -> None:
+        """The task types and prompt styles (the base checks), the generated games' settings,
+        and ``train.rl_tasks=without_demos`` leaving tasks to train on."""
+        super().validate_config(cfg)
+        env, t = cfg.env, cfg.train
+        require(env.generated_eval_scenes in ("seen", "unseen"), "env.generated_eval_scenes", "choose seen or unseen")
+        require(env.generated_max_receptacles >= 0, "env.generated_max_receptacles", "must be >= 0")
+        require(not (t.rl_tasks == "without_demos" and env.data_dir is None
+                     and env.generated_train_games <= t.sft_max_tasks), "train.rl_tasks",
+                f"without_demos leaves no training task: the warm start imitates all {env.generated_train_games} "
+                f"generated training games (train.sft_max_tasks={t.sft_max_tasks}); lower train.sft_max_tasks or raise "
+                "env.generated_train_games")
+
+    def default_prompt_style(self, cfg) -> str:
+        """``compact`` for the tiny CPU model (``model.path`` unset, or a folder of it: a warm start
+        or checkpoint policy, marked by ``g2po_tiny.json``), ``reference`` for real models."""
+        tiny = cfg.model.path is None or (Path(cfg.model.path) / "g2po_tiny.json").is_file()
+        return "compact" if tiny else "reference"
+
+    def preload_worker_modules(self) -> None:
+        engine.preload_worker_modules()
+
+    def generate(self, cfg):
+        return ensure_generated(cfg)
+
+    def download(self, dest):
+        return download_alfworld(dest)
+
+    def speed_benchmark(self, argv):
+        return int(speed_benchmark_main(list(argv), prog="g2po bench alfworld") or 0)
+
+    def plan_sentence(self, task, actions, instruction):
+        return plan_sentence(task, actions)
+
+
+BENCHMARK = AlfworldBenchmark()

@@ -26,6 +26,10 @@ from pathlib import Path
 from g2po_bench.benchmarks.alfworld import engine
 from g2po_bench.benchmarks.alfworld.env import AlfworldEnv
 from g2po_bench.benchmarks.alfworld.games import PARSED_FILE, TASK_TYPES, find_games
+from g2po_bench.benchmarks.alfworld.generate import (
+    generate_games,
+    last_generation_stats,
+)
 
 
 def fresh_worker_reset_s(tasks, *, parsed: bool) -> float:
@@ -57,10 +61,6 @@ def run(
     results: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         if data is None:
-            from g2po_bench.benchmarks.alfworld.generate import (
-                generate_games,
-                last_generation_stats,
-            )
 
             t0 = time.perf_counter()
             generate_games(tmp, "eval", games, seed, 6, workers=1)

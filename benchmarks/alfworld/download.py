@@ -36,6 +36,7 @@ from g2po_bench.benchmarks.alfworld.games import (
     find_games,
     resolve_split_dirs,
 )
+from g2po_bench.core.errors import DataDownloadError
 
 __all__ = ["DataDownloadError", "download_alfworld", "load_downloader", "EXPECTED_SPLITS"]
 
@@ -53,9 +54,6 @@ _MANUAL = (
 )
 
 
-class DataDownloadError(RuntimeError):
-    """The ALFWorld download or its verification failed; the message names what failed and
-    the manual alternative."""
 
 
 def load_downloader() -> ModuleType:

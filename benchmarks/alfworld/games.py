@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from g2po_bench.benchmarks.loading import warn_skipped
+from g2po_bench.core.errors import DataError
 from g2po_bench.core.protocol import Task
 
 __all__ = [
@@ -76,7 +77,7 @@ DOWNLOAD_HINT = (
 _SOLVABLE_RE = re.compile(r'"solvable"\s*:\s*(true|false|null)')
 
 
-class AlfworldDataError(FileNotFoundError):
+class AlfworldDataError(DataError, FileNotFoundError):
     """The ALFWorld data folder, a split, or its games are missing; the message says which
     and how to get them."""
 

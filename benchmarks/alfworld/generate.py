@@ -95,6 +95,7 @@ from g2po_bench.benchmarks.alfworld.engine import (
     save_parsed_game,
     wheel_logic_paths,
 )
+from g2po_bench.benchmarks.alfworld.env import AlfworldEnv
 from g2po_bench.benchmarks.alfworld.games import (
     DATA_FOLDER,
     GAME_FILE,
@@ -103,6 +104,7 @@ from g2po_bench.benchmarks.alfworld.games import (
     TRAJ_FILE,
 )
 from g2po_bench.benchmarks.shutdown import check_stop
+from g2po_bench.core.protocol import Task
 
 __all__ = [
     "GENERATOR_VERSION",
@@ -487,8 +489,6 @@ def _generate_one(job: tuple[str, str, int, int, str, int, str]) -> tuple[int, s
     """Generate, solve and verify game ``k``; returns (k, game file, wall seconds, attempts,
     CPU seconds)."""
     out_dir, split, seed, k, task_type, max_receptacles, scenes = job
-    from g2po_bench.benchmarks.alfworld.env import AlfworldEnv
-    from g2po_bench.core.protocol import Task
 
     t0, c0 = time.perf_counter(), time.process_time()
     a = _assets()

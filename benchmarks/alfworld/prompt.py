@@ -24,12 +24,14 @@ the history; :func:`build_prompt` rebuilds that text from ``Observation.text`` a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from g2po_bench.benchmarks.alfworld.engine import INTRO_BANNER, TASK_PREFIX
-from g2po_bench.core.protocol import Observation
+from g2po_bench.core.protocol import Observation, Task
 
 __all__ = [
+    "plan_sentence",
     "PROMPT_STYLES",
     "TEMPLATE_NO_HISTORY",
     "TEMPLATE",
@@ -250,3 +252,26 @@ def expert_response(action: str, obs: Observation | None = None, style: str = "r
     if style != "reference":
         raise ValueError(f"unknown ALFWorld prompt style {style!r}; choose one of {PROMPT_STYLES}")
     return f"<think>{_think(action)}</think><action>{action}</action>"
+
+
+def _noun(item: str) -> str:
+    """``"alarmclock 2"`` -> ``"alarmclock"``."""
+    return re.sub(r"\s+\d+$", "", item.strip())
+
+
+def plan_sentence(task: Task, actions: Sequence[str]) -> str:
+    """The opening plan of a prompting baseline's few-shot example, written from the task type
+    and the walkthrough ``actions`` (the object taken and where it goes)."""
+    take = next((a for a in actions if a.startswith("take ") and " from " in a), "")
+    obj = _noun(take[5:].split(" from ")[0]) if take else "object"
+    place = next((a for a in reversed(actions) if a.startswith(("move ", "put ")) and (" to " in a or " in " in a)), "")
+    target = _noun(re.split(r" to | in/on | in | on ", place, maxsplit=1)[-1]) if place else "target"
+    plans = {
+        "pick_and_place_simple": f"To solve the task, I need to find and take a {obj}, then put it in/on the {target}.",
+        "look_at_obj_in_light": f"To solve the task, I need to find a {obj} and a desklamp, then look at the {obj} under the lit desklamp.",
+        "pick_clean_then_place_in_recep": f"To solve the task, I need to find and take a {obj}, clean it with the sinkbasin, then put it in/on the {target}.",
+        "pick_heat_then_place_in_recep": f"To solve the task, I need to find and take a {obj}, heat it with the microwave, then put it in/on the {target}.",
+        "pick_cool_then_place_in_recep": f"To solve the task, I need to find and take a {obj}, cool it with the fridge, then put it in/on the {target}.",
+        "pick_two_obj_and_place": f"To solve the task, I need to find and take the first {obj} and put it in/on the {target}, then find and take the second {obj} and put it in/on the {target} too.",
+    }
+    return plans.get(task.task_type, "To solve the task, I will look for the objects it names, one likely place at a time.")

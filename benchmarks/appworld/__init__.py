@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from g2po_bench.benchmarks.appworld.download import download_appworld
 from g2po_bench.benchmarks.appworld.env import AppWorldEnv
 from g2po_bench.benchmarks.appworld.prompt import build_prompt, expert_response, parse_response
 from g2po_bench.benchmarks.appworld.runtime import (
@@ -41,6 +42,8 @@ from g2po_bench.benchmarks.appworld.runtime import (
     find_python,
 )
 from g2po_bench.benchmarks.appworld.synthetic import ensure_built, load_specs, smoke_specs
+from g2po_bench.benchmarks.base import Benchmark
+from g2po_bench.core.config import require
 from g2po_bench.core.protocol import Task
 
 __all__ = [
@@ -56,6 +59,8 @@ __all__ = [
     "AppWorldEnv",
     "AppWorldDataMissing",
     "AppWorldUnavailable",
+    "AppWorldBenchmark",
+    "BENCHMARK",
 ]
 
 TASK_TYPES = ("appworld",)
@@ -69,11 +74,11 @@ def data_root(cfg: Any, *, build: bool = False) -> Path:
         AppWorldDataMissing: ``data_dir`` holds no AppWorld data (names the download command).
         AppWorldUnavailable: building the default needs the AppWorld interpreter.
     """
-    if getattr(cfg, "data_dir", None):
+    if cfg.data_dir:
         return check_data_root(cfg.data_dir)
-    root = Path(getattr(cfg, "appworld_generated_dir", "results/cache/appworld_synthetic")).expanduser().resolve()
+    root = Path(cfg.appworld_generated_dir).expanduser().resolve()
     if build:
-        ensure_built(root, smoke_specs(), find_python(getattr(cfg, "appworld_python", None)))
+        ensure_built(root, smoke_specs(), find_python(cfg.appworld_python))
     return root
 
 
@@ -107,13 +112,13 @@ def load_tasks(cfg: Any, split: str) -> list[Task]:
             that leaves no task.
         AppWorldDataMissing / AppWorldUnavailable: see :func:`data_root`.
     """
-    types = list(getattr(cfg, "task_types", None) or [])
+    types = list(cfg.task_types or [])
     if types and "appworld" not in types:
         raise ValueError(f"env.task_types {types} selects no AppWorld task; AppWorld has one type: appworld")
     root = data_root(cfg, build=True)
     ids = _read_split(root, split)
     specs = load_specs(root)
-    wanted = [int(d) for d in (getattr(cfg, "appworld_difficulties", None) or [])]
+    wanted = [int(d) for d in (cfg.appworld_difficulties or [])]
     tasks = []
     for tid in ids:
         d = _difficulty(root, tid)
@@ -133,10 +138,10 @@ def make_env(cfg: Any) -> AppWorldEnv:
     ``appworld_timeout_seconds``, ``appworld_cell_timeout``)."""
     return AppWorldEnv(
         data_root(cfg),
-        python=getattr(cfg, "appworld_python", None),
-        max_interactions=int(getattr(cfg, "appworld_max_interactions", 50)),
-        timeout_seconds=int(getattr(cfg, "appworld_timeout_seconds", 50)),
-        cell_timeout=float(getattr(cfg, "appworld_cell_timeout", 60.0)),
+        python=cfg.appworld_python,
+        max_interactions=int(cfg.appworld_max_interactions),
+        timeout_seconds=int(cfg.appworld_timeout_seconds),
+        cell_timeout=float(cfg.appworld_cell_timeout),
     )
 
 
@@ -154,3 +159,58 @@ def episode_set_score(trajectories: Sequence[dict[str, Any]]) -> float | None:
     if not by_scenario:
         return None
     return 100.0 * sum(all(v) for v in by_scenario.values()) / len(by_scenario)
+
+
+class AppWorldBenchmark(Benchmark):
+    """AppWorld as the suite's benchmark: code-cell actions (``<code>``), the scenario goal
+    completion as the evaluation score, its settings (``env.appworld_*``) and its data download."""
+
+    name = "appworld"
+    task_types = TASK_TYPES
+    projection = "appworld"
+    action_tag = "code"
+    agent_intro = (
+        "You are a super intelligent AI assistant who achieves your supervisor's day-to-day tasks "
+        'autonomously by writing Python code that runs in a REPL, one code cell at a time; the '
+        'environment answers every cell with its output. Apps are reached through '
+        '`apis.<app>.<api>(...)`: `apis.api_docs.show_app_descriptions()`, '
+        '`apis.api_docs.show_api_descriptions(app_name=...)` and '
+        '`apis.api_docs.show_api_doc(app_name=..., api_name=...)` document them; account passwords '
+        "are in `apis.supervisor.show_account_passwords()`. Do not use try/except or '...'. When "
+        'the task is done, call `apis.supervisor.complete_task()` (with `answer=...` when the task '
+        'asks a question).'
+    )
+    downloads = True
+
+    # the package's functions are the protocol's required parts
+    load_tasks = staticmethod(load_tasks)
+    make_env = staticmethod(make_env)
+    build_prompt = staticmethod(build_prompt)
+    expert_actions = staticmethod(expert_actions)
+    expert_response = staticmethod(expert_response)
+
+    # the code of a response's ``<code>...</code>`` cell, not the reference projection
+    parse_response = staticmethod(parse_response)
+
+    def validate_config(self, cfg) -> None:
+        """The base checks and AppWorld's limits and difficulty levels."""
+        super().validate_config(cfg)
+        env = cfg.env
+        require(env.appworld_max_interactions >= 1, "env.appworld_max_interactions", "must be >= 1")
+        require(env.appworld_timeout_seconds >= 1, "env.appworld_timeout_seconds", "must be >= 1 (seconds)")
+        require(env.appworld_cell_timeout > 0, "env.appworld_cell_timeout", "must be > 0 (seconds)")
+        for d in env.appworld_difficulties:
+            require(d in (1, 2, 3), "env.appworld_difficulties", f"{d!r}; AppWorld difficulties are 1, 2 and 3")
+
+    def episode_set_score(self, trajectories):
+        return episode_set_score(trajectories)
+
+    def download(self, dest):
+        """``appworld download data`` with ``dest`` as the AppWorld root (it will hold ``data/``)."""
+        return download_appworld(dest)
+
+    def describe_data(self, path):
+        return f"{path}/data (the AppWorld root is {path}; or set APPWORLD_ROOT={path})"
+
+
+BENCHMARK = AppWorldBenchmark()

@@ -21,12 +21,11 @@ from g2po_bench.benchmarks.appworld.runtime import (
     WorldTimeout,
     find_python,
 )
+from g2po_bench.core.errors import DataDownloadError
 
 __all__ = ["DataDownloadError", "download_appworld", "default_dest"]
 
 
-class DataDownloadError(RuntimeError):
-    """The download failed (no interpreter, no internet, a bad bundle); the message says why."""
 
 
 def default_dest() -> Path:

@@ -45,8 +45,7 @@ from g2po_bench.benchmarks.appworld.runtime import (
     WorldTimeout,
     find_python,
 )
-from g2po_bench.benchmarks.workers import crashed_observation
-from g2po_bench.core.protocol import Environment, Observation, Task
+from g2po_bench.core.protocol import Environment, Observation, Task, crashed_observation
 
 __all__ = ["AppWorldEnv", "ELLIPSIS_REFUSAL", "TRY_EXCEPT_REFUSAL", "EXECUTION_ERROR", "refusal",
            "first_observation"]

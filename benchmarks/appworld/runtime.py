@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from g2po_bench.core.errors import DataError, EnvironmentSetupError
+
 __all__ = [
     "AppWorldUnavailable",
     "AppWorldDataMissing",
@@ -73,11 +75,11 @@ DOWNLOAD_HINT = (
 )
 
 
-class AppWorldUnavailable(RuntimeError):
+class AppWorldUnavailable(EnvironmentSetupError):
     """No Python interpreter with ``appworld`` installed was found (message: how to install)."""
 
 
-class AppWorldDataMissing(FileNotFoundError):
+class AppWorldDataMissing(DataError, FileNotFoundError):
     """The AppWorld task data is not where the config points (message: how to download it)."""
 
 

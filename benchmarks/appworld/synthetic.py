@@ -28,6 +28,8 @@ import random
 from pathlib import Path
 from typing import Any
 
+from g2po_bench.benchmarks.appworld.runtime import WorldServer
+
 __all__ = [
     "LOGIN_CELL",
     "note_count_spec",
@@ -171,7 +173,6 @@ def build_tasks(root: str | os.PathLike[str], specs: list[dict[str, Any]], pytho
         ValueError: a spec without the required keys or with a bad task id.
         g2po_bench.benchmarks.appworld.runtime.WorldServerError: the package rejected a spec.
     """
-    from g2po_bench.benchmarks.appworld.runtime import WorldServer
 
     need = ("task_id", "split", "instruction", "requirements", "evaluation")
     for spec in specs:

@@ -4,20 +4,15 @@
 last room. Actions: ``go east``, ``go west``, ``look``. Anything else gets "Nothing happens."
 (an unknown command, as in ALFWorld). Observations recur across trajectories, so the
 state-key graph has shared nodes and self-loops like the real benchmarks.
-
-Fault injection for harness tests: the action ``raise error`` makes ``step`` raise, and
-``kill process`` ends the worker process abruptly (``os._exit``), so the rollout engine's
-restart path can be tested without a flaky real environment.
 """
 
 from __future__ import annotations
 
-import os
-
+from g2po_bench.benchmarks.base import Benchmark
 from g2po_bench.core.protocol import Environment, Observation, Task
 
 __all__ = ["CorridorEnv", "load_tasks", "make_env", "build_prompt", "expert_actions",
-           "expert_detour", "expert_response", "TASK_TYPES"]
+           "expert_detour", "expert_response", "TASK_TYPES", "ToyBenchmark", "BENCHMARK"]
 
 TASK_TYPES = ("corridor",)
 
@@ -45,10 +40,6 @@ class CorridorEnv(Environment):
         return self._obs(f"You are in room 0 of {self.length}.")
 
     def step(self, action: str) -> Observation:
-        if action == "raise error":
-            raise RuntimeError("injected environment error")
-        if action == "kill process":
-            os._exit(3)
         if action == "go east":
             self.pos = min(self.pos + 1, self.length - 1)
         elif action == "go west":
@@ -111,3 +102,24 @@ def expert_detour(plan: list[str], first_obs: Observation, rng, open_prob: float
 def expert_response(action: str, obs: Observation, style: str = "reference") -> str:
     """The expert's response text for ``action`` in the think/action format (any ``style``)."""
     return f"<think>go on</think><action>{action}</action>"
+
+
+class ToyBenchmark(Benchmark):
+    """The corridor as the suite's benchmark (tests and quick studies of the harness)."""
+
+    name = "toy"
+    task_types = TASK_TYPES
+    projection = "alfworld"
+    # the toy prompt is already compact: both styles give the same text
+    prompt_styles = ("reference", "compact")
+    expert_detour = staticmethod(expert_detour)
+
+    # the package's functions are the protocol's required parts
+    load_tasks = staticmethod(load_tasks)
+    make_env = staticmethod(make_env)
+    build_prompt = staticmethod(build_prompt)
+    expert_actions = staticmethod(expert_actions)
+    expert_response = staticmethod(expert_response)
+
+
+BENCHMARK = ToyBenchmark()

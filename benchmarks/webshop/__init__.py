@@ -23,22 +23,24 @@ eval = the next as many, train = the next ``env.generated_train_games``).
 
 from __future__ import annotations
 
-import functools
-from typing import Any
-
-from g2po_bench.benchmarks.webshop.catalog import (
-    Catalog,
-    DataSource,
-    default_cache_root,
-    get_catalog,
-    resolve_source,
-)
+from g2po_bench.benchmarks.base import Benchmark
+from g2po_bench.benchmarks.webshop.bench import main as speed_benchmark_main
+from g2po_bench.benchmarks.webshop.catalog import Catalog, DataSource
+from g2po_bench.benchmarks.webshop.download import download_webshop
 from g2po_bench.benchmarks.webshop.env import WebShopEnv
 from g2po_bench.benchmarks.webshop.expert import expert_actions
 from g2po_bench.benchmarks.webshop.goals import Goal
-from g2po_bench.benchmarks.webshop.nouns import DEFAULT_NOUN_EXTRACTOR
-from g2po_bench.benchmarks.webshop.prompt import build_prompt, expert_response
-from g2po_bench.core.protocol import Task, state_key_rule
+from g2po_bench.benchmarks.webshop.nouns import NounExtractorError, check_noun_extractor
+from g2po_bench.benchmarks.webshop.prompt import build_prompt, expert_response, format_observation
+from g2po_bench.benchmarks.webshop.tasks import (
+    PROJECTION,
+    TASK_TYPES,
+    load_tasks,
+    make_env,
+    source_for,
+    task_for_goal,
+)
+from g2po_bench.core.config import ConfigError, require
 
 __all__ = [
     "TASK_TYPES",
@@ -55,75 +57,66 @@ __all__ = [
     "DataSource",
     "source_for",
     "task_for_goal",
+    "WebShopBenchmark",
+    "BENCHMARK",
 ]
 
-TASK_TYPES = ("webshop",)
-#: the score of an episode that never buys (step limit, refusals, a crash): 0, as the reference
-#: (verl-agent's WebShop environment manager) scores every episode; the published "Score" column
-#: is the mean over all episodes of reward x 100 (:mod:`g2po_bench.benchmarks.registry`)
-EPISODE_SCORE_DEFAULT = 0.0
-#: the reference action projection (verl-agent ``webshop_projection``: 20-character fallback)
-PROJECTION = "webshop"
+class WebShopBenchmark(Benchmark):
+    """WebShop as the suite's benchmark: the functions of this package, its settings
+    (``env.webshop_*``), the official product download and the speed benchmark."""
 
-
-def source_for(cfg: Any) -> DataSource:
-    """The data source of an ``EnvConfig`` (``data_dir``; None = synthetic catalogue with
-    ``generated_seed``/``generated_eval_games``/``generated_train_games``).
-
-    Raises:
-        g2po_bench.benchmarks.webshop.products.ProductDataError: no product file where ``data_dir`` points.
-    """
-    return resolve_source(
-        getattr(cfg, "data_dir", None),
-        generated_dir=getattr(cfg, "generated_dir", None),
-        seed=int(getattr(cfg, "generated_seed", 0)),
-        n_eval=int(getattr(cfg, "generated_eval_games", 24)),
-        n_train=int(getattr(cfg, "generated_train_games", 48)),
+    name = "webshop"
+    task_types = TASK_TYPES
+    projection = PROJECTION
+    agent_intro = (
+        'You are an expert autonomous agent operating in the WebShop e-commerce environment. You '
+        'buy the product that matches an instruction by searching and clicking: search[<query>] on '
+        'the search page, and click[<button>] for a button shown on the page (a product id, an '
+        'option value, description, features, next >, < prev, back to search, buy now).'
     )
+    downloads = True
+    #: an episode that never buys (step limit, refusals, a crash) scores 0, as the reference
+    #: (verl-agent's WebShop environment manager) scores every episode: the published "Score"
+    #: column is the mean over all episodes of reward x 100
+    episode_score_default = 0.0
+
+    # the package's functions are the protocol's required parts
+    load_tasks = staticmethod(load_tasks)
+    make_env = staticmethod(make_env)
+    build_prompt = staticmethod(build_prompt)
+    expert_actions = staticmethod(expert_actions)
+    expert_response = staticmethod(expert_response)
+
+    def validate_config(self, cfg) -> None:
+        """The base checks, the observation mode, the reward and its noun extractor (a missing
+        spaCy model fails here, never falls back)."""
+        super().validate_config(cfg)
+        env = cfg.env
+        require(env.webshop_observation_mode in ("text", "text_rich"), "env.webshop_observation_mode",
+                "choose text or text_rich")
+        require(env.webshop_reward in ("original", "lenient"), "env.webshop_reward", "choose original or lenient")
+        try:
+            check_noun_extractor(env.webshop_nouns)
+        except NounExtractorError as exc:
+            raise ConfigError(f"bad value for config key 'env.webshop_nouns': {exc}") from None
+
+    def download(self, dest):
+        return download_webshop(dest)
+
+    def speed_benchmark(self, argv):
+        return int(speed_benchmark_main(list(argv), prog="g2po bench webshop") or 0)
+
+    def format_observation(self, text, instruction):
+        return format_observation(text, instruction)
+
+    def plan_sentence(self, task, actions, instruction):
+        return ("I need a product that matches every requirement of the instruction: its type, its attributes, "
+                "the options and the price limit.")
+
+    def failure_hint(self, actions, score):
+        if actions and actions[-1] == "click[buy now]":
+            return f"you bought a product that did not match the instruction (score {score:.0f}/100)."
+        return None
 
 
-def task_for_goal(goal: Goal, source: DataSource, split: str = "", cache_root: str | None = None) -> Task:
-    """The Task of one goal: id ``webshop/goal_<index>`` (``webshop/human_<index>`` for human
-    goals), payload = the goal dict plus ``source``, ``split`` and ``cache_root``."""
-    payload = goal.to_dict()
-    payload.update({"source": source.to_dict(), "split": split, "cache_root": cache_root})
-    prefix = "human" if goal.kind == "human" else "goal"
-    return Task(task_id=f"webshop/{prefix}_{goal.index:05d}", task_type="webshop", env="webshop",
-                payload=payload)
-
-
-def load_tasks(cfg: Any, split: str) -> list[Task]:
-    """The tasks of a split, in goal-index order (deterministic; goals are computed once
-    per catalogue, never per worker).
-
-    Args:
-        cfg: an ``EnvConfig`` (``data_dir``, generated settings, ``task_types``).
-        split: a split name (module docstring).
-
-    Raises:
-        ValueError: unknown split, or ``task_types`` without ``webshop``.
-        g2po_bench.benchmarks.webshop.products.ProductDataError: missing data (names the download command).
-    """
-    types = list(getattr(cfg, "task_types", None) or [])
-    if types and "webshop" not in types:
-        raise ValueError(f"env.task_types {types} selects no WebShop task; WebShop has one type: webshop")
-    source = source_for(cfg)
-    cache_root = str(default_cache_root(getattr(cfg, "generated_dir", None)))
-    catalog = get_catalog(source, cache_root=cache_root)
-    return [task_for_goal(g, source, split, cache_root) for g in catalog.goals_for(split)]
-
-
-def make_env(cfg: Any) -> WebShopEnv:
-    """A WebShop environment for an ``EnvConfig`` (``webshop_observation_mode``,
-    ``state_key``, ``webshop_reward``, ``webshop_nouns``). Cheap: nothing is read until the first reset, which takes the data
-    source from the task payload (or from ``cfg`` when needed); the catalogue and the search
-    index then come from the process cache, else from disk."""
-    return WebShopEnv(
-        None,
-        observation_mode=getattr(cfg, "webshop_observation_mode", "text"),
-        state_key=state_key_rule(cfg),
-        cache_root=default_cache_root(getattr(cfg, "generated_dir", None)),
-        source_factory=functools.partial(source_for, cfg),
-        reward_mode=getattr(cfg, "webshop_reward", "original"),
-        nouns=getattr(cfg, "webshop_nouns", DEFAULT_NOUN_EXTRACTOR),
-    )
+BENCHMARK = WebShopBenchmark()

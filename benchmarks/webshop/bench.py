@@ -23,11 +23,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from g2po_bench.benchmarks.webshop import source_for, task_for_goal
 from g2po_bench.benchmarks.webshop.catalog import Catalog, resolve_source
 from g2po_bench.benchmarks.webshop.env import WebShopEnv
 from g2po_bench.benchmarks.webshop.expert import play_expert
 from g2po_bench.benchmarks.webshop.search import BruteForceBM25, SearchEngine
+from g2po_bench.benchmarks.webshop.tasks import source_for, task_for_goal
+from g2po_bench.core.config import EnvConfig
 
 __all__ = ["main", "default_data_dir"]
 
@@ -75,9 +76,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     data_dir = None if args.synthetic else (args.data_dir or default_data_dir())
     with tempfile.TemporaryDirectory() as tmp:
         if data_dir is None:
-            from g2po_bench.core.config import EnvConfig
 
-            source = source_for(EnvConfig(name="webshop", generated_dir=str(Path(tmp) / "alfworld")))
+            source = source_for(EnvConfig(name="webshop", cache_dir=tmp))
         else:
             source = resolve_source(data_dir)
         print(f"data: {source.products}")

@@ -4,8 +4,8 @@ built from it once per process.
 Data sources (:func:`resolve_source`), ``env.data_dir`` being:
 
 - ``None``: the synthetic catalogue (:mod:`g2po_bench.benchmarks.webshop.synthetic`), generated on
-  first use under ``<parent of env.generated_dir>/webshop_generated`` (by default
-  ``results/cache/webshop_generated``; ``env.generated_dir`` itself belongs to ALFWorld).
+  first use under ``<env.cache_dir>/webshop_generated`` (by default
+  ``results/cache/webshop_generated``).
 - a folder; the first of these layouts that exists is used:
   1. ``resources_1k/documents.jsonl`` (the shared cleaned 1k products),
   2. ``documents.jsonl``,
@@ -49,6 +49,7 @@ from g2po_bench.benchmarks.webshop.products import (
     search_text,
 )
 from g2po_bench.benchmarks.webshop.search import SearchEngine, get_search_engine
+from g2po_bench.benchmarks.webshop.synthetic import ensure_generated
 
 __all__ = ["DataSource", "Catalog", "resolve_source", "get_catalog", "default_cache_root"]
 
@@ -94,12 +95,10 @@ class DataSource:
         return cls(d["products"], d.get("attributes"), d.get("human"), bool(d.get("generated", False)))
 
 
-def default_cache_root(generated_dir: str | Path | None = None) -> Path:
-    """The cache root: the parent of ALFWorld's ``env.generated_dir`` (``results/cache`` by
-    default), relative paths being relative to the working directory."""
-    if generated_dir is None:
-        return Path("results/cache")
-    return Path(generated_dir).parent
+def default_cache_root(cache_dir: str | Path | None = None) -> Path:
+    """The cache root: ``env.cache_dir`` (``results/cache`` by default), relative paths being
+    relative to the working directory."""
+    return Path("results/cache") if cache_dir is None else Path(cache_dir)
 
 
 def _find_upwards(start: Path, stop: Path, names: tuple[str, ...]) -> Path | None:
@@ -116,10 +115,10 @@ def _find_upwards(start: Path, stop: Path, names: tuple[str, ...]) -> Path | Non
 def resolve_source(
     data_dir: str | Path | None,
     *,
-    generated_dir: str | Path | None = None,
+    cache_root: str | Path | None = None,
     seed: int = 0,
-    n_eval: int = 24,
-    n_train: int = 48,
+    n_eval: int = 120,
+    n_train: int = 1200,
 ) -> DataSource:
     """Resolve ``env.data_dir`` to the data files (module docstring); for ``None`` the
     synthetic catalogue is generated if missing (cheap, deterministic, atomic writes).
@@ -128,9 +127,8 @@ def resolve_source(
         ProductDataError: no known product file, with what was looked for.
     """
     if data_dir is None:
-        from g2po_bench.benchmarks.webshop.synthetic import ensure_generated
 
-        folder = ensure_generated(default_cache_root(generated_dir) / "webshop_generated", seed=seed,
+        folder = ensure_generated(default_cache_root(cache_root) / "webshop_generated", seed=seed,
                                   n_eval=n_eval, n_train=n_train).resolve()
         return DataSource(str(folder / "documents.jsonl"), str(folder / "items_ins_v2.json"), None, True)
     root = Path(data_dir).expanduser().resolve()

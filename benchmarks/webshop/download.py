@@ -29,6 +29,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from g2po_bench.core.errors import DataDownloadError
+
 __all__ = ["DataDownloadError", "download_webshop", "WEBSHOP_FILES", "drive_url"]
 
 #: file name -> (Google Drive id, expected JSON container type, part of the small setting)
@@ -43,8 +45,6 @@ DRIVE_BASE = "https://drive.usercontent.google.com/download"
 _CHUNK = 1 << 20
 
 
-class DataDownloadError(RuntimeError):
-    """A WebShop data file could not be downloaded or verified (message: what, why, how to fix)."""
 
 
 def drive_url(file_id: str, base: str = DRIVE_BASE) -> str:

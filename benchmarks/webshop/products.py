@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from g2po_bench.benchmarks.loading import warn_skipped
+from g2po_bench.core.errors import DataError
 
 __all__ = [
     "Product",
@@ -52,7 +53,7 @@ __all__ = [
 ]
 
 
-class ProductDataError(ValueError):
+class ProductDataError(DataError, ValueError):
     """A product or attribute file is missing, unreadable or not in a known format."""
 
 

@@ -6,8 +6,12 @@ command line; the resolved config is saved with every run and is enough to rerun
 facts"); the dataclass defaults are the CPU default of the main job (``g2po train`` with no
 arguments: a tiny model on generated ALFWorld games, about 10-15 minutes on 2 cores).
 
-Validation happens in :func:`load_config` before any work starts: an unknown key, a value of
-the wrong type or an out-of-range value raises :class:`ConfigError` naming the key.
+This module is the ground floor: it knows the schema and the checks that need nothing but the
+schema (:func:`parse_config`, :func:`validate_config`). The checks of a benchmark's own settings
+and of an estimator's options belong to the benchmark and the estimator; the suite's entry point
+:func:`g2po_bench.runconfig.load_config` adds them (and finds presets by name). Validation
+happens before any work starts: an unknown key, a value of the wrong type or an out-of-range
+value raises :class:`ConfigError` naming the key.
 """
 
 from __future__ import annotations
@@ -22,8 +26,6 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from g2po_bench.benchmarks.alfworld.games import TASK_TYPES as ALFWORLD_TASK_TYPES
-
 __all__ = [
     "ConfigError",
     "EnvConfig",
@@ -32,15 +34,23 @@ __all__ = [
     "TrainConfig",
     "EvalConfig",
     "RunConfig",
-    "load_config",
+    "parse_config",
+    "validate_config",
+    "resolve_logprob_source",
+    "config_to_dict",
     "config_to_yaml",
     "config_hash",
-    "PRESET_DIR",
+    "resolve_run_id",
+    "require",
+    "LOSS_AGG_MODES",
 ]
 
-PRESET_DIR = Path(__file__).resolve().parents[1] / "presets"
 RL_TASK_POOLS = ("all", "without_demos")  # train.rl_tasks
 OLD_LOGPROBS = ("auto", "recompute", "sampler")  # train.old_logprobs
+#: train.loss_agg_mode: how a loss is aggregated over tokens and samples (verl core_algos agg_loss)
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+#: train.mini_batch_split: how step samples are cut into optimizer steps (algorithms/backends/batching.py)
+MINI_BATCH_SPLITS = ("fixed", "balanced")
 
 
 
@@ -93,6 +103,9 @@ class EnvConfig:
     # the papers' in-distribution split); "unseen": ALFRED's held-out floor plans (valid_unseen)
     generated_eval_scenes: str = "seen"
     generated_seed: int = 0
+    # the folder of the benchmarks' caches that are not games (WebShop's synthetic catalogue and
+    # search index); relative paths are relative to the working directory
+    cache_dir: str = "results/cache"
     webshop_observation_mode: str = "text"  # "text" | "text_rich"
     # "reference": the verl-agent/G2PO step prompt (real models); "compact": a short transcript
     # for the tiny CPU model (ALFWorld only, benchmarks/alfworld/prompt.py build_compact_prompt);
@@ -318,43 +331,32 @@ def _dotlist_layer(overrides: list[str]) -> DictConfig:
     return layer
 
 
-def load_config(
+def parse_config(
     config_file: str | Path | None = None,
     overrides: list[str] | None = None,
     *,
-    preset: str | None = None,
+    preset_file: str | Path | None = None,
 ) -> RunConfig:
-    """Build a validated RunConfig: dataclass defaults < preset < YAML file < overrides.
+    """A RunConfig checked against the schema: dataclass defaults < preset < YAML file < overrides.
+
+    Only what the schema alone can check is checked here (:func:`validate_config`); the suite's
+    entry point :func:`g2po_bench.runconfig.load_config` adds the benchmark's and the estimator's
+    checks and resolves the ``auto`` settings. Call that one to start a run.
 
     Args:
         config_file: a YAML file with any subset of the keys.
         overrides: dotted ``key=value`` strings, e.g. ``["algorithm.name=gigpo", "seed=3"]``.
-        preset: name of a file in ``g2po/presets`` (without ``.yaml``), e.g. ``alfworld_1.5b``.
+        preset_file: a preset YAML file (a benchmark's ``presets/<name>.yaml``).
 
     Raises:
-        ConfigError: unknown key, wrong type, bad value, missing file; before any work starts.
+        ConfigError: unknown key, wrong type, bad value, missing or unreadable file.
     """
     base = OmegaConf.structured(RunConfig)
     layers: list[DictConfig] = []
     try:
-        if preset:
-            path = PRESET_DIR / f"{preset}.yaml"
-            if not path.exists():
-                known = ", ".join(sorted(p.stem for p in PRESET_DIR.glob("*.yaml")))
-                raise ConfigError(f"unknown preset {preset!r}; known presets: {known}")
-            layers.append(OmegaConf.load(path))
-        if config_file is not None:
-            path = Path(config_file)
-            if not path.exists():
-                raise ConfigError(f"config file {str(path)!r} does not exist")
-            try:
-                loaded = OmegaConf.load(path)
-            except (yaml.YAMLError, OSError, UnicodeDecodeError) as exc:
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise ConfigError(f"config file {str(path)!r} is not readable YAML ({first})") from None
-            if not isinstance(loaded, DictConfig):
-                raise ConfigError(f"config file {str(path)!r} must hold a mapping of keys")
-            layers.append(loaded)
+        for path in (preset_file, config_file):
+            if path is not None:
+                layers.append(_read_yaml(Path(path)))
         for item in overrides or []:
             if "=" not in item:
                 raise ConfigError(
@@ -380,44 +382,33 @@ def load_config(
         raise
     except OmegaConfBaseException as exc:
         raise ConfigError(_omegaconf_message(exc)) from None
-    resolve_auto(cfg)
+    resolve_logprob_source(cfg)
     validate_config(cfg)
-    resolve_state_key(cfg)
     return cfg
 
 
-def resolve_auto(cfg: RunConfig) -> None:
-    """Replace ``"auto"`` settings by what they mean for this run (in place).
+def _read_yaml(path: Path) -> DictConfig:
+    """One layer of a config from a YAML file. Raises ConfigError for a missing or unreadable file."""
+    if not path.exists():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        loaded = OmegaConf.load(path)
+    except (yaml.YAMLError, OSError, UnicodeDecodeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"config file {str(path)!r} is not readable YAML ({first})") from None
+    if not isinstance(loaded, DictConfig):
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping of keys")
+    return loaded
 
-    ``env.prompt``: ``"compact"`` for ALFWorld with the tiny CPU model (``model.path`` unset, or a
-    folder of it: a warm start or checkpoint policy, marked by ``g2po_tiny.json``), ``"reference"``
-    otherwise (real models get the reference prompt of verl-agent/G2PO).
 
-    ``train.old_logprobs``: ``"sampler"`` for ``backend=local`` with ``model.dtype=float32`` (the
-    sampler's log-probs are then the policy's up to rounding), ``"recompute"`` otherwise (bfloat16
-    cached decoding and one full forward differ; OpenRLHF recomputes with its actor).
-    """
-    if cfg.env.prompt == "auto":
-        tiny = cfg.model.path is None or (Path(cfg.model.path) / "g2po_tiny.json").is_file()
-        cfg.env.prompt = "compact" if cfg.env.name == "alfworld" and tiny else "reference"
+def resolve_logprob_source(cfg: RunConfig) -> None:
+    """Replace ``train.old_logprobs=auto`` by what it means for this run (in place):
+    ``"sampler"`` for ``backend=local`` with ``model.dtype=float32`` (the sampler's log-probs are
+    then the policy's up to rounding), ``"recompute"`` otherwise (bfloat16 cached decoding and one
+    full forward differ; OpenRLHF recomputes with its actor)."""
     if cfg.train.old_logprobs == "auto":
         exact = cfg.backend == "local" and cfg.model.dtype == "float32"
         cfg.train.old_logprobs = "sampler" if exact else "recompute"
-
-
-def resolve_state_key(cfg: RunConfig) -> str:
-    """Replace ``env.state_key=auto`` by the estimator's reference rule (ALGORITHMS.md "State
-    keys": GiGPO groups by the raw observation, G2PO by its reference key; the registry's
-    ``state_key`` of each estimator); an explicit ``reference`` or ``raw`` is kept.
-
-    Returns:
-        the rule now in ``cfg.env.state_key``.
-    """
-    if cfg.env.state_key == "auto":
-        from g2po_bench.algorithms.registry import estimator_spec
-
-        cfg.env.state_key = estimator_spec(cfg.algorithm.name).state_key
-    return cfg.env.state_key
 
 
 def _is_set(layer: DictConfig, dotted: str) -> bool:
@@ -436,65 +427,35 @@ def _omegaconf_message(exc: OmegaConfBaseException) -> str:
     return msg
 
 
+def require(cond: bool, key: str, msg: str) -> None:
+    """Raise :class:`ConfigError` ``bad value for config key '<key>': <msg>`` unless ``cond``.
+
+    The one form of a config error, for the checks here and the benchmarks' own
+    (:meth:`g2po_bench.benchmarks.base.Benchmark.validate_config`)."""
+    if not cond:
+        raise ConfigError(f"bad value for config key {key!r}: {msg}")
+
+
 def validate_config(cfg: RunConfig) -> None:
-    """Range and choice checks that types alone do not catch. Raises ConfigError."""
+    """Range and choice checks that need nothing but the schema. Raises ConfigError.
 
-    def need(cond: bool, key: str, msg: str) -> None:
-        if not cond:
-            raise ConfigError(f"bad value for config key {key!r}: {msg}")
-
-    need(cfg.env.name in ("alfworld", "webshop", "toy", "appworld"), "env.name",
-         f"{cfg.env.name!r}; choose alfworld, webshop, appworld or toy")
+    A benchmark checks its own settings (``env.webshop_*``, ``env.appworld_*``, task types, ...)
+    and an estimator its options; :func:`g2po_bench.runconfig.load_config` runs those too."""
+    need = require
     need(cfg.env.state_key in ("auto", "reference", "raw"), "env.state_key", "choose auto, reference or raw")
-    need(cfg.env.generated_eval_scenes in ("seen", "unseen"), "env.generated_eval_scenes", "choose seen or unseen")
     need(cfg.env.max_steps >= 1, "env.max_steps", "must be >= 1")
     need(cfg.env.history_length >= 0, "env.history_length", "must be >= 0")
     need(cfg.env.stop_after_refusals >= 0, "env.stop_after_refusals", "must be >= 0 (0 = off)")
     need(cfg.env.generated_train_games >= 0, "env.generated_train_games", "must be >= 0")
     need(cfg.env.generated_eval_games >= 0, "env.generated_eval_games", "must be >= 0")
-    need(cfg.env.generated_max_receptacles >= 0, "env.generated_max_receptacles", "must be >= 0")
     need(cfg.env.num_workers >= 0, "env.num_workers", "must be >= 0 (0 = one per usable CPU)")
     need(cfg.env.worker_max_episodes >= 0, "env.worker_max_episodes", "must be >= 0 (0 = never recycle)")
-    need(
-        cfg.env.webshop_observation_mode in ("text", "text_rich"),
-        "env.webshop_observation_mode",
-        "choose text or text_rich",
-    )
     need(cfg.env.prompt in ("auto", "reference", "compact"), "env.prompt", "choose auto, reference or compact")
-    need(cfg.env.prompt == "reference" or cfg.env.name in ("alfworld", "toy"), "env.prompt",
-         f"the compact prompt exists for ALFWorld only; use env.prompt=reference with env.name={cfg.env.name}")
-    need(cfg.env.webshop_reward in ("original", "lenient"), "env.webshop_reward", "choose original or lenient")
-    if cfg.env.name == "webshop":
-        from g2po_bench.benchmarks.webshop.nouns import NounExtractorError, check_noun_extractor
-
-        try:
-            check_noun_extractor(cfg.env.webshop_nouns)
-        except NounExtractorError as exc:
-            raise ConfigError(f"bad value for config key 'env.webshop_nouns': {exc}") from None
-    if cfg.env.name == "alfworld":
-        for t in cfg.env.task_types:
-            need(t in ALFWORLD_TASK_TYPES, "env.task_types", f"{t!r}; known: {', '.join(ALFWORLD_TASK_TYPES)}")
-    need(cfg.env.appworld_max_interactions >= 1, "env.appworld_max_interactions", "must be >= 1")
-    need(cfg.env.appworld_timeout_seconds >= 1, "env.appworld_timeout_seconds", "must be >= 1 (seconds)")
-    need(cfg.env.appworld_cell_timeout > 0, "env.appworld_cell_timeout", "must be > 0 (seconds)")
-    for d in cfg.env.appworld_difficulties:
-        need(d in (1, 2, 3), "env.appworld_difficulties", f"{d!r}; AppWorld difficulties are 1, 2 and 3")
     if cfg.env.data_dir is not None:
         need(Path(cfg.env.data_dir).exists(), "env.data_dir", f"folder {cfg.env.data_dir!r} does not exist")
     need(cfg.algorithm.mode in ("mean_std_norm", "mean_norm"), "algorithm.mode", "choose mean_std_norm or mean_norm")
     need(0.0 <= cfg.algorithm.gamma <= 1.0, "algorithm.gamma", "must be in [0, 1]")
     need(cfg.algorithm.invalid_penalty >= 0, "algorithm.invalid_penalty", "must be >= 0")
-    from g2po_bench.algorithms.registry import available_estimators, check_options
-
-    need(
-        cfg.algorithm.name in available_estimators(),
-        "algorithm.name",
-        f"{cfg.algorithm.name!r}; registered estimators: {', '.join(available_estimators())}",
-    )
-    try:
-        check_options(cfg.algorithm.name, dict(cfg.algorithm.options))
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"bad value for config key 'algorithm.options': {exc}") from None
     need(cfg.backend in ("local", "openrlhf"), "backend", "choose local or openrlhf")
     need(cfg.model.dtype in ("float32", "bfloat16"), "model.dtype", "choose float32 or bfloat16")
     need(cfg.model.device in ("auto", "cpu", "cuda"), "model.device", "choose auto, cpu or cuda")
@@ -517,8 +478,6 @@ def validate_config(cfg: RunConfig) -> None:
          "use auto or recompute with backend=openrlhf")
     need(t.mini_batch_size >= 1 and t.micro_batch_size >= 1, "train.mini_batch_size", "must be >= 1")
     need(t.ppo_epochs >= 1, "train.ppo_epochs", "must be >= 1")
-    from g2po_bench.algorithms.backends.batching import MINI_BATCH_SPLITS
-
     need(t.mini_batch_split in MINI_BATCH_SPLITS, "train.mini_batch_split",
          f"choose one of {', '.join(MINI_BATCH_SPLITS)}")
     need(cfg.backend == "local" or t.mini_batch_split == "fixed", "train.mini_batch_split",
@@ -529,8 +488,6 @@ def validate_config(cfg: RunConfig) -> None:
     need(t.clip_ratio_c is None or t.clip_ratio_c > 1, "train.clip_ratio_c",
          "the dual-clip bound must be > 1 (reference 3.0), or null to turn dual clip off")
     need(t.kl_clamp is None or t.kl_clamp > 0, "train.kl_clamp", "must be > 0 (reference 10.0), or null for no clamp")
-    from g2po_bench.algorithms.losses import LOSS_AGG_MODES
-
     need(t.loss_agg_mode in LOSS_AGG_MODES, "train.loss_agg_mode", f"choose one of {', '.join(LOSS_AGG_MODES)}")
     need(t.sft_epochs >= 0, "train.sft_epochs", "must be >= 0")
     need(t.sft_max_tasks >= 1, "train.sft_max_tasks", "must be >= 1")
@@ -539,11 +496,6 @@ def validate_config(cfg: RunConfig) -> None:
     need(0.0 <= t.sft_stall_prob < 1.0, "train.sft_stall_prob", "must be in [0, 1)")
     need(0.0 <= t.sft_recovery_prob <= 1.0, "train.sft_recovery_prob", "must be in [0, 1]")
     need(t.rl_tasks in RL_TASK_POOLS, "train.rl_tasks", f"choose one of {', '.join(RL_TASK_POOLS)}")
-    need(not (t.rl_tasks == "without_demos" and cfg.env.name == "alfworld" and cfg.env.data_dir is None
-              and cfg.env.generated_train_games <= t.sft_max_tasks), "train.rl_tasks",
-         f"without_demos leaves no training task: the warm start imitates all {cfg.env.generated_train_games} "
-         f"generated training games (train.sft_max_tasks={t.sft_max_tasks}); lower train.sft_max_tasks or raise "
-         "env.generated_train_games")
     need(t.checkpoint_every >= 1, "train.checkpoint_every", "must be >= 1")
     need(t.top_p == 1.0, "train.top_p",
          "must be 1 for training: the trainer rescores the full distribution; with top_p < 1 a token "
@@ -569,41 +521,30 @@ def config_to_yaml(cfg: RunConfig) -> str:
 
 _NON_SEMANTIC_KEYS = ("run_id", "resume", "progress", "output_dir", "record_graphs")
 
-#: keys added after run folders were committed under hashed run ids (``results/proxy/sweep/runs``,
-#: planned again by ``sweeps/specs/cpu_proxy.yaml``): while such a key holds its dataclass default
-#: it is left out of :func:`config_hash`, so a config that does not use it keeps the run id it had
-#: before the key existed; set to anything else, it enters the hash. A new key goes here when its
-#: default keeps the earlier behaviour (the house rule for new behaviour).
-HASH_NEUTRAL_KEYS: tuple[str, ...] = (
-    "env.allow_incomplete_eval_split",
-    "train.mini_batch_split",
-)
-
-
-def _dotted_get(d: dict[str, Any], dotted: str) -> tuple[dict[str, Any] | None, str]:
-    """(the dict holding the last part of ``dotted``, that part); (None, part) when absent."""
-    *parents, last = dotted.split(".")
-    for part in parents:
-        d = d.get(part) if isinstance(d, dict) else None
-        if d is None:
-            return None, last
-    return (d if isinstance(d, dict) else None), last
+#: keys added after runs were recorded, left out of :func:`config_hash` while they hold their
+#: default, so that every config that existed before keeps its hash (and its run id: committed
+#: sweeps plan the same run folders). A key set to another value enters the hash.
+HASH_NEUTRAL_DEFAULTS: dict[str, Any] = {
+    "env.cache_dir": "results/cache",
+    "env.allow_incomplete_eval_split": False,
+    "train.mini_batch_split": "fixed",
+}
 
 
 def config_hash(cfg: RunConfig, length: int = 10) -> str:
     """Stable hash of the result-relevant part of the config (ignores run_id, resume, progress,
-    output_dir, record_graphs, and each of :data:`HASH_NEUTRAL_KEYS` while it holds its
-    default); two configs with the same hash produce the same run."""
+    output_dir, record_graphs, and the keys of :data:`HASH_NEUTRAL_DEFAULTS` at their default);
+    two configs with the same hash produce the same run."""
     d = config_to_dict(cfg)
     for k in _NON_SEMANTIC_KEYS:
         d.pop(k, None)
-    defaults = config_to_dict(RunConfig())
-    for dotted in HASH_NEUTRAL_KEYS:
-        holder, key = _dotted_get(d, dotted)
-        default_holder, _ = _dotted_get(defaults, dotted)
-        if holder is not None and default_holder is not None and key in holder \
-                and holder[key] == default_holder.get(key):
-            holder.pop(key)
+    for dotted, default in HASH_NEUTRAL_DEFAULTS.items():
+        *parents, leaf = dotted.split(".")
+        section = d
+        for part in parents:
+            section = section.get(part, {})
+        if leaf in section and section[leaf] == default:
+            del section[leaf]
     blob = json.dumps(d, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:length]
 

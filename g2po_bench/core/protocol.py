@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Task", "Observation", "Environment", "Mistake", "IfAdmissible", "RefusalStop", "state_key_rule"]
+__all__ = ["Task", "Observation", "crashed_observation", "Environment", "Mistake", "IfAdmissible", "RefusalStop", "state_key_rule"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,12 @@ class Observation:
     done: bool = False
     won: bool = False
     info: dict[str, Any] = field(default_factory=dict)
+
+
+def crashed_observation(error: str) -> Observation:
+    """The terminal, failed observation recorded for a crashed environment."""
+    return Observation(text="", instruction="", admissible_actions=None, state_key="<crashed>",
+                       reward=0.0, done=True, won=False, info={"crashed": True, "error": error})
 
 
 class Mistake(str):
@@ -141,7 +147,7 @@ class Environment(ABC):
 
 def state_key_rule(cfg) -> str:
     """The state-key rule an environment applies for an ``EnvConfig``: ``cfg.state_key``
-    (``"reference"`` or ``"raw"``). ``"auto"`` is resolved by ``g2po_bench.core.config.load_config`` to
+    (``"reference"`` or ``"raw"``). ``"auto"`` is resolved by ``g2po_bench.runconfig.load_config`` to
     the estimator's rule; an EnvConfig built without a run (tests, tools) has no estimator,
     and ``"auto"`` then means the environment's reference key.
 

@@ -95,6 +95,7 @@ from g2po_bench.algorithms.backends.local.sampling import SamplingParams, model_
 from g2po_bench.algorithms.backends.local.value import ValueModel
 from g2po_bench.algorithms.backends.local.warm_start import ensure_warm_start
 from g2po_bench.algorithms.backends.progress import RunProgress, format_rate_ci
+from g2po_bench.benchmarks.cpus import usable_cpus
 from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.rollout import RolloutBatch
 from g2po_bench.benchmarks.shutdown import GracefulShutdown, ShutdownRequested, check_stop
@@ -640,7 +641,6 @@ def torch_threads(cfg: RunConfig) -> int:
     ``G2PO_CPUS_PER_TASK`` (a sweep job's ``resources.cpus``), the cgroup quota). The model and the
     environment workers take turns (the lock-step rollout waits for the workers), so the model may
     use every core while it computes."""
-    from g2po_bench.benchmarks.cpus import usable_cpus
 
     return cfg.model.num_threads if cfg.model.num_threads > 0 else usable_cpus()
 

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from g2po_bench.algorithms import losses
+from g2po_bench.algorithms.backends.batching import split_mini_batches
 from g2po_bench.algorithms.backends.local.memory import enable_checkpointing
 from g2po_bench.algorithms.backends.local.precision import autocast, check_master_weights
 
@@ -125,8 +126,6 @@ class ValueModel(torch.nn.Module):
         Raises:
             ValueError: lengths of the inputs differ, or as :func:`g2po_bench.algorithms.losses.value_loss`.
         """
-        from g2po_bench.algorithms.backends.batching import split_mini_batches
-
         n = len(prompts)
         if len(returns) != n or len(old_values) != n or (response_lengths is not None and len(response_lengths) != n):
             raise ValueError(f"{n} prompts but {len(returns)} returns, {len(old_values)} old values"

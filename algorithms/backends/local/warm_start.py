@@ -34,6 +34,16 @@ from pathlib import Path
 from typing import Any
 
 from g2po_bench.algorithms.backends.common import demonstration_tasks
+from g2po_bench.algorithms.backends.local import sft
+from g2po_bench.algorithms.backends.local.model import (
+    build_tiny_model,
+    load_model_and_tokenizer,
+)
+from g2po_bench.algorithms.backends.local.policy import LocalPolicy
+from g2po_bench.algorithms.backends.progress import RunProgress
+from g2po_bench.benchmarks.demos import collect_demonstrations
+from g2po_bench.benchmarks.shutdown import check_stop
+from g2po_bench.core.config import config_to_dict
 
 __all__ = ["WarmStart", "warm_start_settings", "warm_start_key", "ensure_warm_start"]
 
@@ -79,7 +89,6 @@ def warm_start_settings(cfg) -> dict[str, Any]:
     (``train.sft_*``, ``train.max_prompt_tokens``, ``train.warm_start_seed``). Not the run's
     ``seed``, the estimator, the RL settings or the evaluation panel.
     """
-    from g2po_bench.core.config import config_to_dict
 
     d = config_to_dict(cfg)
     name = d["env"]["name"]
@@ -118,7 +127,6 @@ def ensure_warm_start(cfg, pool, bench, train_tasks, *, run_root: Path, progress
     Raises:
         ValueError: no demonstrations could be collected (the message says why).
     """
-    from g2po_bench.algorithms.backends.progress import RunProgress
 
     progress = progress or RunProgress(None)
     log = progress.log
@@ -160,15 +168,6 @@ def _reuse(target: Path, key: str, log) -> WarmStart:
 
 def _build(cfg, pool, bench, train_tasks, out: Path, progress) -> dict[str, Any]:
     import torch
-
-    from g2po_bench.algorithms.backends.local.model import (
-        build_tiny_model,
-        load_model_and_tokenizer,
-    )
-    from g2po_bench.algorithms.backends.local.policy import LocalPolicy
-    from g2po_bench.algorithms.backends.local.sft import supervised_finetune
-    from g2po_bench.benchmarks.demos import collect_demonstrations
-    from g2po_bench.benchmarks.shutdown import check_stop
 
     log = progress.log
     stats: dict[str, Any] = {}
@@ -215,7 +214,7 @@ def _build(cfg, pool, bench, train_tasks, out: Path, progress) -> dict[str, Any]
                 h.update(done, f"optimizer steps, loss {loss:.3f}")
                 check_stop()  # a stop request ends SFT here (the staging folder is removed)
 
-            stats.update(supervised_finetune(
+            stats.update(sft.supervised_finetune(
                 model, tok, p_ids, r_ids, epochs=cfg.train.sft_epochs, lr=cfg.train.sft_lr,
                 batch_size=cfg.train.sft_batch_size, seed=cfg.train.warm_start_seed, progress=on_batch))
         stats["sft/seconds"] = time.time() - t1

@@ -42,6 +42,7 @@ def train(cfg, console=None):
     missing = missing_requirements()
     if missing:
         raise ImportError(f"{_INSTALL_HINT}; missing: {', '.join(missing)}")
+    # lazy: the trainer imports OpenRLHF, Ray, DeepSpeed and vLLM (optional GPU dependencies)
     from g2po_bench.algorithms.backends.openrlhf.trainer import train as _train
 
     return _train(cfg, console=console)

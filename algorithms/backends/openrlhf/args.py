@@ -54,7 +54,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from g2po_bench.algorithms.backends.openrlhf.advantages import needs_critic
+from g2po_bench.algorithms.backends.common import needs_critic
 from g2po_bench.algorithms.backends.openrlhf.settings import OpenRLHFSettings
 
 __all__ = ["build_argv", "parse_openrlhf_args", "OpenRLHFArgsError", "train_batch_size"]

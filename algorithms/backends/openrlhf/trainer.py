@@ -51,13 +51,16 @@ from g2po_bench.algorithms.backends.common import (
     eval_record,
     evaluate_panel,
     load_task_splits,
+    needs_critic,
     record_evaluation,
     rl_tasks,
     rollout_metrics,
+    step_advantages,
     train_temperature_eval_due,
     training_rollouts,
 )
-from g2po_bench.algorithms.backends.openrlhf.advantages import needs_critic, step_advantages
+from g2po_bench.algorithms.backends.local.trainer import LocalTrainer
+from g2po_bench.algorithms.backends.openrlhf import cpu
 from g2po_bench.algorithms.backends.openrlhf.args import build_argv, parse_openrlhf_args
 from g2po_bench.algorithms.backends.openrlhf.cluster import (
     RayCluster,
@@ -172,7 +175,6 @@ def build_stack(args, strategy, settings: OpenRLHFSettings, model_path: str, max
     nodes, gpn = args.actor.num_nodes, args.actor.num_gpus_per_node
     use_ref = args.algo.kl.init_coef > 0
     if settings.device == "cpu":
-        from g2po_bench.algorithms.backends.openrlhf import cpu
 
         engines = [ray.remote(num_cpus=0)(cpu.HFRolloutEngine).remote(model_path)
                    for _ in range(args.vllm.num_engines)]
@@ -300,7 +302,6 @@ class OpenRLHFTrainer:
             return ref_dir
         if cfg.model.path is not None and cfg.train.sft_epochs == 0:
             return Path(cfg.model.path)
-        from g2po_bench.algorithms.backends.local.trainer import LocalTrainer
 
         local = LocalTrainer(dataclasses.replace(cfg, resume=False), console=self.console)
         t0 = time.time()

@@ -1,4 +1,4 @@
-"""Synthetic run folders with known numbers, for tests and for trying the report without runs.
+"""Test support: synthetic run folders with known numbers (the analysis and signal tests).
 
 Writes the layout of :mod:`g2po_bench.core.rundir` (with its atomic writers): ``config.yaml``,
 ``metrics.jsonl``, ``eval.json``, ``status.json``. The config holds only the keys the
@@ -7,7 +7,7 @@ analysis reads (``env.name``, ``algorithm.name``/``mode``/``step_weight``/``opti
 
 Example::
 
-    from g2po_bench.analysis.synthetic import write_synthetic_run, write_demo_results
+    from synthetic_runs import write_synthetic_run, write_demo_results
     write_synthetic_run("out/runs/a", env="alfworld", algorithm="g2po", seed=0,
                         final={"success_rate": 0.5, "per_task_type": {...}})
     write_demo_results("out/runs")   # a small, complete set of runs for a demo report

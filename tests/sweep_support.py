@@ -1,4 +1,4 @@
-"""Helpers for testing sweeps (used by ``tests/test_sweep_*.py``; handy for trying things out).
+"""Test support for the sweep tests (``tests/test_sweep_*.py``, ``tests/training_process.py``).
 
 - :func:`toy_spec`: write a small spec on the toy environment (seconds per run on a CPU).
 - :func:`slurm_cluster`: start the single-node Slurm cluster of ``sweeps/slurm`` (or reuse a
@@ -26,7 +26,7 @@ __all__ = ["REPO", "toy_spec", "run_cli", "start_cli", "slurm_cluster", "stop_sl
            "assert_complete_run", "metrics_without_timings", "reference_metrics", "TIMING_KEYS"]
 
 REPO = Path(__file__).resolve().parent.parent
-SLURM_DIR = Path(__file__).resolve().parent / "slurm"
+SLURM_DIR = REPO / "sweeps" / "slurm"
 
 TOY_CONFIG: dict[str, Any] = {
     "env": {"name": "toy", "max_steps": 4, "num_workers": 1},

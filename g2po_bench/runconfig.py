@@ -1,0 +1,94 @@
+"""The run config as the suite loads it: the schema, the benchmarks' presets and every check.
+
+:func:`load_config` is the one way to get a config to run: it layers dataclass defaults < preset <
+YAML file < ``key=value`` overrides (:func:`g2po_bench.core.config.parse_config`), then runs the
+checks of the benchmark (:meth:`~g2po_bench.benchmarks.base.Benchmark.validate_config`) and of the
+estimator (:func:`g2po_bench.algorithms.registry.check_options`) and resolves the ``auto``
+settings, all before any work starts (DESIGN.md "Rules of the house": a broken config fails
+before any work starts). Presets live in the benchmarks' own ``presets/`` folders
+(:func:`g2po_bench.benchmarks.registry.preset_files`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from g2po_bench.algorithms.registry import available_estimators, check_options, estimator_spec
+from g2po_bench.benchmarks.registry import benchmark_names, get_benchmark, preset_file, preset_files
+from g2po_bench.core.config import ConfigError, RunConfig, parse_config, require
+
+__all__ = ["load_config", "check_run_config", "resolve_state_key", "preset_names"]
+
+
+def preset_names() -> list[str]:
+    """Sorted names of every benchmark's presets (``--preset``)."""
+    return sorted(preset_files())
+
+
+def load_config(
+    config_file: str | Path | None = None,
+    overrides: list[str] | None = None,
+    *,
+    preset: str | None = None,
+) -> RunConfig:
+    """Build a validated RunConfig: dataclass defaults < preset < YAML file < overrides.
+
+    Args:
+        config_file: a YAML file with any subset of the keys.
+        overrides: dotted ``key=value`` strings, e.g. ``["algorithm.name=gigpo", "seed=3"]``.
+        preset: a preset name (``g2po config --help`` lists them), e.g. ``alfworld_1.5b``.
+
+    Returns:
+        The RunConfig with ``env.prompt``, ``env.state_key`` and ``train.old_logprobs`` resolved
+        (the saved config records what ``auto`` meant).
+
+    Raises:
+        ConfigError: unknown key or preset, wrong type, bad value, missing file; before any work.
+    """
+    path = None
+    if preset:
+        try:
+            path = preset_file(preset)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    cfg = parse_config(config_file, overrides, preset_file=path)
+    check_run_config(cfg)
+    return cfg
+
+
+def check_run_config(cfg: RunConfig) -> None:
+    """The checks a schema cannot do: ``env.name`` is a registered benchmark and its own settings
+    hold, ``algorithm.name`` is a registered estimator and its options hold; resolves
+    ``env.prompt=auto`` (the benchmark's default style) and ``env.state_key=auto`` (the
+    estimator's rule), in place.
+
+    Raises:
+        ConfigError: naming the key and how to fix it.
+    """
+    names = benchmark_names()
+    require(cfg.env.name in names, "env.name", f"{cfg.env.name!r}; choose one of {', '.join(names)}")
+    bench = get_benchmark(cfg.env.name)
+    if cfg.env.prompt == "auto":
+        cfg.env.prompt = bench.default_prompt_style(cfg)
+    bench.validate_config(cfg)
+    estimators = available_estimators()
+    require(cfg.algorithm.name in estimators, "algorithm.name",
+            f"{cfg.algorithm.name!r}; registered estimators: {', '.join(estimators)}")
+    try:
+        check_options(cfg.algorithm.name, dict(cfg.algorithm.options))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"bad value for config key 'algorithm.options': {exc}") from None
+    resolve_state_key(cfg)
+
+
+def resolve_state_key(cfg: RunConfig) -> str:
+    """Replace ``env.state_key=auto`` by the estimator's reference rule (ALGORITHMS.md "State
+    keys": GiGPO groups by the raw observation, G2PO by its reference key; the registry's
+    ``state_key`` of each estimator); an explicit ``reference`` or ``raw`` is kept.
+
+    Returns:
+        the rule now in ``cfg.env.state_key``.
+    """
+    if cfg.env.state_key == "auto":
+        cfg.env.state_key = estimator_spec(cfg.algorithm.name).state_key
+    return cfg.env.state_key

@@ -1,0 +1,44 @@
+"""Test support: the toy corridor with fault injection, for the harness's restart paths.
+
+``faulty_toy`` is the corridor whose action ``raise error`` makes ``step`` raise and ``kill process``
+ends the worker process abruptly (``os._exit``), so that the rollout engine's restart path is tested
+without a flaky real environment. It is registered in the test process only (environment workers
+forked afterwards inherit it); the product's toy benchmark has no such actions.
+"""
+
+from __future__ import annotations
+
+import os
+
+from g2po_bench.benchmarks.registry import get_benchmark, register_benchmark
+from g2po_bench.benchmarks.toy import CorridorEnv, ToyBenchmark
+
+NAME = "faulty_toy"
+
+
+class FaultyCorridorEnv(CorridorEnv):
+    """The corridor plus the two fault actions (module docstring)."""
+
+    def step(self, action: str):
+        if action == "raise error":
+            raise RuntimeError("injected environment error")
+        if action == "kill process":
+            os._exit(3)
+        return super().step(action)
+
+
+class FaultyToyBenchmark(ToyBenchmark):
+    """The toy benchmark whose environments are :class:`FaultyCorridorEnv`."""
+
+    name = NAME
+
+    def make_env(self, cfg):
+        return FaultyCorridorEnv()
+
+
+def faulty_toy() -> ToyBenchmark:
+    """The registered ``faulty_toy`` benchmark (registered on first call)."""
+    try:
+        return get_benchmark(NAME)
+    except ValueError:
+        return register_benchmark(FaultyToyBenchmark())

@@ -1,0 +1,234 @@
+"""Every registered benchmark honours the Benchmark protocol (benchmarks/base.py), and a benchmark
+added as one new package with its presets is found by the CLI with no other file touched."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from g2po_bench.benchmarks.base import Benchmark
+from g2po_bench.benchmarks.parsing import PROJECTIONS
+from g2po_bench.benchmarks.registry import (
+    benchmark_names,
+    get_benchmark,
+    preset_files,
+)
+from g2po_bench.core.config import ConfigError
+from g2po_bench.core.protocol import Environment, Observation
+from g2po_bench.runconfig import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILT_IN = ("alfworld", "appworld", "toy", "webshop")
+
+
+def test_the_built_in_benchmarks_are_found_without_a_list():
+    assert set(BUILT_IN) <= set(benchmark_names())
+    for name in BUILT_IN:
+        assert get_benchmark(name).name == name
+    with pytest.raises(ValueError, match="unknown environment 'nope'; known: alfworld"):
+        get_benchmark("nope")
+
+
+def _small_config(name: str, tmp: Path):
+    """The benchmark's embedded default, made small (few generated tasks, caches under ``tmp``)."""
+    return load_config(None, [
+        f"env.name={name}", "env.generated_train_games=6", "env.generated_eval_games=3",
+        f"env.generated_dir={tmp / 'alfworld_generated'}", f"env.cache_dir={tmp}",
+        f"env.appworld_generated_dir={tmp / 'appworld'}",
+    ])
+
+
+def _need_appworld(name: str) -> None:
+    if name != "appworld":
+        return
+    from g2po_bench.benchmarks.appworld.runtime import AppWorldUnavailable, find_python
+
+    try:
+        find_python(None)
+    except AppWorldUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(str(exc))
+        pytest.skip(f"no AppWorld interpreter: {exc}")
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_conformance(name, tmp_path):
+    """The required parts work together on the benchmark's embedded default: tasks load sorted and
+    typed, an environment plays the expert's plan to a win, prompts are text, an expert response
+    parses back to its action, and the config checks accept the default."""
+    _need_appworld(name)
+    bench = get_benchmark(name)
+    assert isinstance(bench, Benchmark)
+    assert bench.task_types and all(isinstance(t, str) for t in bench.task_types)
+    assert bench.projection in PROJECTIONS
+    assert bench.action_tag in ("action", "code") and bench.agent_intro
+    cfg = _small_config(name, tmp_path)
+    assert cfg.env.prompt in bench.prompt_styles
+    split = "train"
+    tasks = bench.load_tasks(cfg.env, split)
+    assert tasks and [t.task_id for t in tasks] == sorted(t.task_id for t in tasks) or name == "appworld"
+    assert all(t.env == name and t.task_type in bench.task_types for t in tasks)
+    assert [t.task_id for t in bench.load_tasks(cfg.env, split)] == [t.task_id for t in tasks]  # deterministic
+    task = tasks[0]
+    env = bench.make_env(cfg.env)
+    assert isinstance(env, Environment)
+    try:
+        obs = env.reset(task)
+        assert isinstance(obs, Observation) and isinstance(obs.state_key, str) and not obs.done
+        plan = bench.expert_actions(task)
+        assert plan, f"{name}: the expert has no plan for {task.task_id}"
+        history: list[tuple[str, str]] = []
+        for step, action in enumerate(plan):
+            prompt = bench.build_prompt(obs, history, step, cfg.env.history_length, style=cfg.env.prompt)
+            assert isinstance(prompt, str) and prompt.strip()
+            response = bench.expert_response(action, obs, style=cfg.env.prompt)
+            parsed = bench.parse_response(response)
+            assert parsed.valid and parsed.action.strip() == action.strip().lower() or \
+                (bench.action_tag == "code" and parsed.action.strip() == action.strip()), (response, parsed)
+            history.append((obs.text, action))
+            obs = env.step(action)
+            if obs.done:
+                break
+        assert obs.done and obs.won, f"{name}: the expert's plan does not win {task.task_id}"
+    finally:
+        env.close()
+    bench.validate_config(cfg)  # the default passes its own checks
+    assert bench.episode_set_score([]) is None or name == "appworld"
+    assert isinstance(bench.describe_data(tmp_path), str)
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_a_benchmark_checks_its_own_settings(name):
+    bench = get_benchmark(name)
+    with pytest.raises(ConfigError, match="env.task_types"):
+        load_config(None, [f"env.name={name}", "env.task_types=[not_a_type]"])
+    if "compact" not in bench.prompt_styles:
+        with pytest.raises(ConfigError, match="env.prompt"):
+            load_config(None, [f"env.name={name}", "env.prompt=compact"])
+
+
+def test_benchmark_specific_settings_fail_before_any_work():
+    with pytest.raises(ConfigError, match="env.webshop_observation_mode"):
+        load_config(None, ["env.name=webshop", "env.webshop_observation_mode=html"])
+    with pytest.raises(ConfigError, match="env.appworld_difficulties"):
+        load_config(None, ["env.name=appworld", "env.appworld_difficulties=[4]"])
+    with pytest.raises(ConfigError, match="env.generated_eval_scenes"):
+        load_config(None, ["env.generated_eval_scenes=elsewhere"])
+    with pytest.raises(ConfigError, match="env.name.*choose one of alfworld, appworld, toy, webshop"):
+        load_config(None, ["env.name=minecraft"])
+
+
+def test_every_preset_belongs_to_a_benchmark_and_loads(tmp_path):
+    files = preset_files()
+    assert {"alfworld_cpu", "alfworld_1.5b", "webshop_1.5b", "webshop_cpu", "appworld_cpu"} <= set(files)
+    model = tmp_path / "model"
+    model.mkdir()
+    for name, path in files.items():
+        bench_name = path.parent.parent.name
+        cfg = load_config(None, [f"model.path={model}", f"env.data_dir={tmp_path}"], preset=name)
+        assert cfg.env.name == bench_name, name
+
+
+def test_optional_hooks_have_defaults():
+    class Minimal(Benchmark):
+        name = "minimal"
+        task_types = ("t",)
+        projection = "alfworld"
+
+        def load_tasks(self, cfg, split):
+            return []
+
+        def make_env(self, cfg):
+            raise NotImplementedError
+
+        def build_prompt(self, obs, history, step, history_length, style="reference"):
+            return ""
+
+        def expert_actions(self, task):
+            return []
+
+        def expert_response(self, action, obs, style="reference"):
+            return f"<think>x</think><action>{action}</action>"
+
+    m = Minimal()
+    assert m.parse_response("<think>a</think><action>Go East</action>").action == "go east"
+    assert m.episode_set_score([{"task_id": "a", "success": True}]) is None
+    assert m.generate(None) is None and m.speed_benchmark([]) is None and m.failure_hint(["x"], 0.0) is None
+    assert m.plan_sentence(None, [], "Do it.") == "My goal: Do it."
+    assert m.format_observation("text", "instr") == "text"
+    assert m.preload_worker_modules() is None
+    assert m.expert_detour is None and m.expert_stall is None and m.expert_mistake is None
+    from g2po_bench.core.errors import DataDownloadError
+
+    with pytest.raises(DataDownloadError, match="has no data download"):
+        m.download(Path("."))
+    with pytest.raises(TypeError, match="unknown projection"):
+        type("Bad", (Minimal,), {"name": "bad", "projection": "nope"})
+
+
+PACKAGE = '''
+"""A benchmark added from outside the suite: the toy corridor under another name."""
+from g2po_bench.benchmarks.toy import ToyBenchmark, load_tasks
+
+
+class EchoBenchmark(ToyBenchmark):
+    name = "echo"
+    generates = True
+
+    def generate(self, cfg):
+        return None
+
+
+BENCHMARK = EchoBenchmark()
+'''
+
+PRESET = '''
+env: {name: echo, max_steps: 4, num_workers: 1}
+train: {iterations: 1, groups_per_batch: 2, group_size: 2, sft_epochs: 1, max_response_tokens: 12,
+        warm_start_cache: null}
+model: {hidden_size: 32, intermediate_size: 64, num_heads: 2, vocab_size: 300, device: cpu}
+eval: {num_tasks: 2, every: 0, at_train_temperature: false}
+'''
+
+
+def test_a_benchmark_added_as_one_package_with_presets_is_found_and_trains(tmp_path):
+    """One new package (here outside the tree, registered through the entry point group
+    ``g2po.benchmarks`` of a dist-info folder) plus its presets: `g2po config --presets` lists its
+    preset, `g2po data generate` offers it, and `g2po train --preset` runs it, with no other file
+    of the suite touched."""
+    site = tmp_path / "site"
+    pkg = site / "echo_bench"
+    (pkg / "presets").mkdir(parents=True)
+    (pkg / "__init__.py").write_text(textwrap.dedent(PACKAGE), encoding="utf-8")
+    (pkg / "presets" / "echo_cpu.yaml").write_text(textwrap.dedent(PRESET), encoding="utf-8")
+    dist = site / "echo_bench-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: echo-bench\nVersion: 0.1\n", encoding="utf-8")
+    (dist / "entry_points.txt").write_text("[g2po.benchmarks]\necho = echo_bench:BENCHMARK\n", encoding="utf-8")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+
+    def g2po(*args):
+        return subprocess.run([sys.executable, "-m", "g2po_bench.cli", *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=600)
+
+    listed = g2po("config", "--presets")
+    assert listed.returncode == 0, listed.stderr
+    assert "echo_cpu" in listed.stdout and "alfworld_cpu" in listed.stdout
+    gen = g2po("data", "generate", "--help")
+    assert "echo" in gen.stdout
+    shown = g2po("config", "--preset", "echo_cpu")
+    assert shown.returncode == 0 and "name: echo" in shown.stdout, shown.stderr
+    run = g2po("train", "--preset", "echo_cpu", f"output_dir={tmp_path / 'runs'}", "run_id=echo", "progress=false")
+    assert run.returncode == 0, run.stderr[-3000:]
+    import json
+
+    status = json.loads((tmp_path / "runs" / "echo" / "status.json").read_text(encoding="utf-8"))
+    assert status["state"] == "done"
+    rows = [json.loads(x) for x in (tmp_path / "runs" / "echo" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [1] and np.isfinite(rows[0]["loss/pg_loss"]) and rows[0]["train/steps"] > 0

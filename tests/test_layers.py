@@ -1,0 +1,77 @@
+"""The suite's import layering (pyproject.toml [tool.importlinter]; scripts/check_layers.py).
+
+Dependencies point one way, from the CLI down to the ground floor ``g2po_bench.core``; the checks run
+import-linter on an installed-shape copy of the checkout, once as it is and once with an import
+planted that climbs back up, which must break the contract.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+try:
+    import check_layers
+finally:
+    sys.path.remove(str(ROOT / "scripts"))
+
+
+def test_the_import_contracts_hold(tmp_path):
+    tree = check_layers.copy_tree(tmp_path / "tree")
+    proc = check_layers.lint(tree)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "Contracts: 2 kept, 0 broken." in proc.stdout
+
+
+def test_a_planted_back_import_breaks_the_contract(tmp_path):
+    tree = check_layers.copy_tree(tmp_path / "tree")
+    stats = tree / "g2po_bench" / "core" / "stats.py"
+    stats.write_text(stats.read_text(encoding="utf-8") + "\nimport g2po_bench.cli  # planted: the ground floor climbs up\n")
+    proc = check_layers.lint(tree)
+    assert proc.returncode != 0
+    assert "BROKEN" in proc.stdout and "g2po_bench.core.stats -> g2po_bench.cli" in proc.stdout
+
+
+def test_a_planted_cycle_between_packages_breaks_the_contract(tmp_path):
+    # analysis and sweeps are independent; an import each way is a cycle between sibling packages
+    tree = check_layers.copy_tree(tmp_path / "tree")
+    for a, b in (("analysis/aggregate.py", "g2po_bench.sweeps.spec"), ("sweeps/claims.py", "g2po_bench.analysis.aggregate")):
+        f = tree / "g2po_bench" / a
+        f.write_text(f.read_text(encoding="utf-8") + f"\nimport {b}  # planted\n")
+    proc = check_layers.lint(tree)
+    assert proc.returncode != 0 and "BROKEN" in proc.stdout
+
+
+def _product_files() -> list[Path]:
+    folders = check_layers.package_folders(ROOT).values()
+    return sorted(f for d in folders for f in (ROOT / d).rglob("*.py") if ".venv" not in f.parts)
+
+
+def test_imports_of_the_suite_are_at_module_top_unless_they_say_why():
+    """A function-level import of the suite's own code is allowed only with a ``# lazy:`` comment
+    (an optional GPU dependency, or torch/matplotlib kept off the CLI's start-up path)."""
+    unexplained = []
+    for f in _product_files():
+        lines = f.read_text(encoding="utf-8").split("\n")
+        tree = ast.parse("\n".join(lines))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module else
+                         [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+                if not any(n.startswith("g2po_bench") for n in names):
+                    continue
+                before = "\n".join(lines[max(0, node.lineno - 4):node.end_lineno])
+                if "lazy:" not in before:
+                    unexplained.append(f"{f.relative_to(ROOT)}:{node.lineno}")
+    assert not unexplained, "function-level imports without a '# lazy: <why>' comment: " + ", ".join(unexplained)
+
+
+def test_the_checker_runs_from_the_command_line():
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_layers.py")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:]
