@@ -221,7 +221,9 @@ def baseline_run_dict(cfg: RunConfig, b: BaselineConfig) -> dict[str, Any]:
     return d
 
 
-_NON_SEMANTIC = ("run_id", "resume", "progress", "output_dir")
+# (``logging``: where metrics also go, never a result: leaving it out keeps the run ids of baselines
+# configured before the section existed)
+_NON_SEMANTIC = ("run_id", "resume", "progress", "output_dir", "logging")
 
 
 def baseline_run_id(cfg: RunConfig, b: BaselineConfig, length: int = 10) -> str:

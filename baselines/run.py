@@ -17,7 +17,10 @@
   observations); ``reflections.jsonl`` (Reflexion): one line per reflection;
   ``progress.jsonl``: one line per generate call as it completes (the ``policy.json`` call record
   plus a timestamp), so a killed run keeps its throughput figures;
-- ``status.json``: running -> done (or failed with the error).
+- ``status.json``: running -> done (or failed with the error);
+- with a tracker in ``logging.backends`` (``tensorboard``, ``wandb``): the evaluation and the
+  config as a tracker run (:func:`g2po_bench.core.tracking.track_evaluation`, W&B job type
+  ``baseline``), files in ``tensorboard/``, ``wandb/`` and ``tracking.json``.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.core.config import RunConfig
 from g2po_bench.core.rundir import RunDir, append_jsonl, atomic_write_json, atomic_write_text
+from g2po_bench.core.tracking import run_info, track_evaluation
 
 __all__ = ["run_baseline", "run_baseline_cli", "build_policy", "load_examples"]
 
@@ -187,6 +191,11 @@ def run_baseline(cfg: RunConfig, b: BaselineConfig, *, console=None, policy: Pol
             "throughput": stats,
         })
         run.write_status("done", 0, 0)
+        config = baseline_run_dict(cfg, b)
+        track_evaluation(run.root, cfg.logging, name=run.run_id, ev=ev, step=0, config=config, kind="baseline",
+                         config_yaml=yaml.safe_dump(config, sort_keys=False),
+                         info=run_info(run.run_id, kind="baseline", baseline=b.name, model=_model_name(cfg, b)),
+                         log=console.print if console is not None else None)
     except BaseException as exc:
         run.write_status("failed", 0, 0, error=f"{type(exc).__name__}: {exc}")
         raise

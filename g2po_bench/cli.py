@@ -36,6 +36,7 @@ from g2po_bench.algorithms.bench import main as bench_main
 from g2po_bench.algorithms.registry import describe_estimators
 from g2po_bench.analysis.cli import add_report_arguments, run_report
 from g2po_bench.analysis.graph_cli import add_graph_arguments, run_graph
+from g2po_bench.analysis.pictures import AnalysisPictures
 from g2po_bench.baselines.config import baseline_run_dict, is_baseline_request, load_baseline_config
 from g2po_bench.benchmarks.base import Benchmark
 from g2po_bench.benchmarks.policies import PolicyError
@@ -47,6 +48,7 @@ from g2po_bench.benchmarks.registry import (
 )
 from g2po_bench.core.config import ConfigError, config_to_yaml
 from g2po_bench.core.errors import SUITE_ERRORS, DataDownloadError, EnvironmentSetupError
+from g2po_bench.core.tracking import TrackingError
 from g2po_bench.runconfig import load_config
 from g2po_bench.sweeps.cli import add_sweep_arguments, run_sweep_command
 from g2po_bench.train import check_run_for_eval, run_eval, run_train
@@ -229,19 +231,28 @@ def _load(args):
     return load_config(args.config, args.overrides, preset=args.preset)
 
 
+def _tracker_pictures():
+    """The tracker pictures' drawer the CLI hands to training runs (the trainers and the sweeps
+    sit below the analysis package, so the drawing code comes in from here); it draws only when
+    a tracker that shows pictures is selected (``logging.backends``)."""
+    return AnalysisPictures()
+
+
 def _error_kind(exc: BaseException) -> str:
     """The one-line label of a user error (:data:`USER_ERRORS`)."""
     if isinstance(exc, ConfigError):
         return "config error"
     if isinstance(exc, EnvironmentSetupError):
         return "environment error"
+    if isinstance(exc, TrackingError):
+        return "tracking error"
     return "data error"
 
 
 #: exception types that mean bad input or a missing piece the user can fix (a config key or value,
 #: a missing or malformed data folder, an environment's missing interpreter): printed as one line
 #: with exit code 2, never as a traceback
-USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, *SUITE_ERRORS)
+USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, TrackingError, *SUITE_ERRORS)
 
 
 def _short_warnings() -> None:
@@ -293,7 +304,7 @@ def _main(argv: list[str], console) -> int:
 
     if args.command == "train":
         cfg = _load(args)
-        run = run_train(cfg, console=console)
+        run = run_train(cfg, console=console, pictures=_tracker_pictures())
         console.print(f"run folder: {run.root}")
         return 0
     if args.command == "eval":
@@ -338,7 +349,7 @@ def _main(argv: list[str], console) -> int:
     if args.command == "data":
         return _data(args, console)
     if args.command == "sweep":
-        return run_sweep_command(args, console)
+        return run_sweep_command(args, console, pictures=_tracker_pictures())
     if args.command == "report":
         return int(run_report(args))
     if args.command == "graph":

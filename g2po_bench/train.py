@@ -16,14 +16,25 @@ from g2po_bench.algorithms.backends.progress import format_rate_ci
 from g2po_bench.benchmarks.evaluation import select_panel
 from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.workers import EnvPool
-from g2po_bench.core.config import ConfigError, RunConfig, config_to_yaml, resolve_run_id
+from g2po_bench.core.config import (
+    ConfigError,
+    RunConfig,
+    config_to_dict,
+    config_to_yaml,
+    resolve_run_id,
+)
 from g2po_bench.core.rundir import RunDir, atomic_write_json, atomic_write_text, code_version
+from g2po_bench.core.tracking import run_info, track_evaluation
 
 __all__ = ["run_train", "run_eval", "check_fresh_run_folder", "check_run_for_eval", "eval_output_dir"]
 
 
-def run_train(cfg: RunConfig, console=None) -> RunDir:
+def run_train(cfg: RunConfig, console=None, pictures=None) -> RunDir:
     """Train ``cfg`` with its backend; returns the run folder (``<output_dir>/<run_id>``).
+
+    ``pictures``: the tracker pictures' drawer (:class:`g2po_bench.core.tracking.RunPictures`;
+    the CLI passes :class:`g2po_bench.analysis.pictures.AnalysisPictures`, a package above this
+    one); None sends no pictures.
 
     Raises:
         ConfigError: a fresh start (``resume=false``) in a folder that already holds a finished
@@ -36,7 +47,7 @@ def run_train(cfg: RunConfig, console=None) -> RunDir:
         # check a config or a run folder must not wait for them
         from g2po_bench.algorithms.backends.local.trainer import train
 
-        return train(cfg, console=console)
+        return train(cfg, console=console, pictures=pictures)
     if cfg.backend == "openrlhf":
         try:
             # lazy: OpenRLHF (Ray, DeepSpeed, vLLM) is an optional GPU dependency
@@ -46,7 +57,7 @@ def run_train(cfg: RunConfig, console=None) -> RunDir:
                 "backend=openrlhf needs the OpenRLHF extra: pip install -e '.[openrlhf]' on a GPU machine "
                 f"({exc})"
             ) from None
-        return orl_train(cfg, console=console)
+        return orl_train(cfg, console=console, pictures=pictures)
     raise ValueError(f"unknown backend {cfg.backend!r}")
 
 
@@ -159,7 +170,10 @@ def run_eval(cfg: RunConfig, run_dir: str | Path | None = None, console=None, *,
     Writes ``config.yaml`` (the config used) and ``eval.json`` (``kind: "evaluation"``,
     ``run``, ``model``, ``checkpoint_iteration``, ``overrides``, ``panel``, ``code`` (the git commit,
     :func:`g2po_bench.core.rundir.code_version`) and the EVAL record as ``history``/``before``/``final``/``best``)
-    into a new folder (:func:`eval_output_dir`) and returns it.
+    into a new folder (:func:`eval_output_dir`) and returns it. With a tracker in
+    ``logging.backends`` (``tensorboard``, ``wandb``) the evaluation is also logged as a tracker
+    run of its own (:func:`g2po_bench.core.tracking.track_evaluation`; step: the checkpoint's
+    iteration).
 
     Raises:
         ConfigError: no model given, a run folder without a checkpoint, a taken ``name``;
@@ -198,6 +212,16 @@ def run_eval(cfg: RunConfig, run_dir: str | Path | None = None, console=None, *,
                   "episodes_per_task": cfg.eval.episodes_per_task, "temperature": cfg.eval.temperature},
         "code": code_version(), "history": [ev], "before": ev, "final": ev, "best": ev,
     })
+    # the trackers get the evaluation as a run of its own (a training run's tracker steps only
+    # increase; this one is named after the trained run and its folder), in the run's W&B group
+    name = (f"{Path(run_dir).resolve().name}-eval-{out.root.name}" if run_dir is not None
+            else out.root.name)
+    track_evaluation(out.root, cfg.logging, name=name, ev=ev, step=checkpoint_iteration or 0,
+                     config=config_to_dict(cfg), config_yaml=config_to_yaml(cfg),
+                     info=run_info(name, kind="evaluation", model=str(model_path),
+                                   run=str(Path(run_dir).resolve()) if run_dir is not None else None,
+                                   checkpoint_iteration=checkpoint_iteration),
+                     log=console.print if console is not None else None)
     if console is not None:
 
         per_type = ", ".join(f"{t} {100 * r:.1f} %" for t, r in sorted(ev["per_task_type"].items()))

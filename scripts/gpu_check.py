@@ -198,9 +198,9 @@ def main(argv: list[str] | None = None) -> int:
             _print_iteration(rec)
             return rec
 
-        def _save_checkpoint(self, it):
+        def _write_checkpoint(self, staging, it, trainer_state):
             t1 = time.time()
-            super()._save_checkpoint(it)
+            super()._write_checkpoint(staging, it, trainer_state)
             _say(f"phase checkpoint (iteration {it}): {time.time() - t1:.1f} s")
 
     t0 = time.time()

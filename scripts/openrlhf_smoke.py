@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 PHASES = (("rollout_s", "generation"), ("logprob_s", "ref+old log-probs"), ("adv_s", "advantages"),
           ("update_s", "update"), ("sync_s", "weight sync"), ("iter_s", "iteration"))
@@ -46,9 +45,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "results" / "runs"), help="output_dir of the run")
     ap.add_argument("--iterations", type=int, default=2)
     ap.add_argument("--vllm-memory", type=float, default=0.3, help="vLLM gpu_memory_utilization")
-    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
-                    help="cpu: a dry run of the same orchestration with the CPU stand-ins (no GPU work; "
-                         "needs flash_attn/vllm importable, e.g. PYTHONPATH=tests/stubs)")
     ap.add_argument("overrides", nargs="*", help="extra key=value config overrides")
     a = ap.parse_args(argv)
 
@@ -57,9 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     from g2po_bench.algorithms.backends.openrlhf import missing_requirements
 
     missing = missing_requirements()
-    if a.device == "cpu":
-        os.environ["G2PO_OPENRLHF_DEVICE"] = "cpu"
-    elif missing or not torch.cuda.is_available():
+    if missing or not torch.cuda.is_available():
         print(f"needs one CUDA GPU and the OpenRLHF GPU stack (missing: {', '.join(missing) or 'none'}; "
               f"CUDA available: {torch.cuda.is_available()}); see the README", file=sys.stderr)
         return 2
@@ -76,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         "backend=openrlhf", "algorithm.name=g2po", f"env.name={a.env}", "env.max_steps=8",
         f"train.iterations={a.iterations}", "train.groups_per_batch=4", "train.group_size=4",
         "train.micro_batch_size=8", "train.mini_batch_size=32", "train.sft_epochs=0",
-        f"model.device={a.device}", "eval.num_tasks=4", "eval.every=0",
+        "model.device=cuda", "eval.num_tasks=4", "eval.every=0",
         f"output_dir={a.out}", "run_id=openrlhf-smoke", "progress=false",
     ]
     if a.model:
@@ -85,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load_config(overrides=overrides + list(a.overrides))
     print(f"backend=openrlhf smoke: {a.iterations} iterations of G2PO on {a.env}, model "
           f"{a.model or 'tiny (built locally)'}, "
-          + (f"GPU {torch.cuda.get_device_name(0)}" if a.device == "cuda" else "CPU dry run"), flush=True)
+          + f"GPU {torch.cuda.get_device_name(0)}", flush=True)
     t0 = time.time()
     run = run_train(cfg)
     total = time.time() - t0

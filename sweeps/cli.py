@@ -148,8 +148,10 @@ def print_status(spec, rows, console=None) -> None:
     console.file.flush()
 
 
-def run_sweep_command(args, console) -> int:
-    """Dispatch ``g2po sweep ...``; ``console`` is the stderr console of the CLI."""
+def run_sweep_command(args, console, pictures=None) -> int:
+    """Dispatch ``g2po sweep ...``; ``console`` is the stderr console of the CLI, ``pictures`` the
+    tracker pictures' drawer the runs get (:class:`g2po_bench.core.tracking.RunPictures`, picklable;
+    the CLI passes the analysis package's)."""
 
     if args.sweep_command == "list":
         out = _stdout_console()
@@ -172,7 +174,7 @@ def run_sweep_command(args, console) -> int:
             if args.cluster is None:
                 console.print(f"cluster: {cluster} (choose with --cluster slurm|local|debug)")
             res = launcher.launch(spec, cluster, where=args.where, dry_run=args.dry_run, console=console,
-                                  on_plan=lambda s, d, c: print_plan(s, d, c))
+                                  on_plan=lambda s, d, c: print_plan(s, d, c), pictures=pictures)
             if args.dry_run:
                 console.print("dry run: nothing submitted")
                 return 0

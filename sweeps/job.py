@@ -8,7 +8,9 @@ executor: one job per concurrency slot). For each run it
 2. claims it (:mod:`g2po_bench.sweeps.claims`): if a live job holds the claim the run is skipped, so two
    launches of the same spec never train a configuration twice;
 3. builds the config from the resolved YAML validated at launch time, with
-   ``run_id`` pinned, ``output_dir=<sweep>/runs`` and ``resume=true``: the local trainer
+   ``run_id`` pinned, ``output_dir=<sweep>/runs``, ``resume=true`` and, unless the spec sets
+   it, ``logging.group=<sweep name>`` (the trackers of ``logging.backends`` group the sweep's
+   runs: one W&B group, one TensorBoard folder per run under ``<sweep>/runs``): the trainer
    continues from ``checkpoints/latest`` when one exists (after preemption, a timeout, a kill)
    and starts fresh otherwise (then a ``metrics.jsonl`` left by a run killed before its first
    checkpoint is emptied first, so every iteration appears exactly once);
@@ -85,6 +87,8 @@ class RunTask:
     workdir: str  # the launch directory: relative paths of the config resolve against it
     resources: dict[str, Any] = field(default_factory=dict)
     cluster: str = "local"
+    sweep_name: str | None = None  # the trackers' group (W&B group) unless the config sets logging.group
+    pictures: Any = None  # the tracker pictures' drawer (core.tracking.RunPictures), given by the CLI
 
     @property
     def runs_dir(self) -> Path:
@@ -147,11 +151,18 @@ def _interrupt_main(claim) -> None:  # pragma: no cover - only when another job 
 
 
 def _task_config(task: RunTask, load_config):
+    """The run's config: the resolved YAML with ``run_id``, ``output_dir`` and ``resume=true``
+    pinned, and ``logging.group`` the sweep's name when the spec leaves it unset (a sweep's
+    runs form one tracker group; logging settings never change a run id)."""
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
         fh.write(task.config_yaml)
         cfg_file = fh.name
+    overrides = [f"run_id={task.run_id}", f"output_dir={task.runs_dir}", "resume=true"]
+    logging = (yaml.safe_load(task.config_yaml) or {}).get("logging") or {}
+    if task.sweep_name and logging.get("group") is None:
+        overrides.append(f"logging.group={task.sweep_name}")
     try:
-        return load_config(cfg_file, [f"run_id={task.run_id}", f"output_dir={task.runs_dir}", "resume=true"])
+        return load_config(cfg_file, overrides)
     finally:
         os.unlink(cfg_file)
 
@@ -193,7 +204,7 @@ def train_one(task: RunTask, console=None) -> dict[str, Any]:
                  else "starting fresh"), flush=True)
         t0 = time.time()
         try:
-            run_train(cfg, console=console)
+            run_train(cfg, console=console, pictures=task.pictures)
         except Exception as exc:
             err = f"{type(exc).__name__}: {exc}"
             log_event(task.sweep_dir, run_id=task.run_id, event="failed", error=err,

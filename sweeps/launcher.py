@@ -241,11 +241,13 @@ class LaunchResult:
 
 
 def launch(spec: SweepSpec, cluster: str, *, where: list[str] | None = None, dry_run: bool = False,
-           console=None, on_plan=None) -> LaunchResult:
+           console=None, on_plan=None, pictures=None) -> LaunchResult:
     """Expand, validate, decide and submit (see the module docstring).
 
     ``on_plan(spec, decisions, cluster)`` is called with the plan before anything is
-    submitted (the CLI prints it). Raises :class:`g2po_bench.sweeps.spec.SpecError` before any work.
+    submitted (the CLI prints it). ``pictures``: the tracker pictures' drawer handed to every run
+    (picklable; :class:`g2po_bench.core.tracking.RunPictures`). Raises
+    :class:`g2po_bench.sweeps.spec.SpecError` before any work.
     """
     if cluster not in CLUSTERS:
         raise ValueError(f"cluster must be one of {', '.join(CLUSTERS)}")
@@ -285,7 +287,9 @@ def launch(spec: SweepSpec, cluster: str, *, where: list[str] | None = None, dry
                 res = group[0].resources
                 folder = spec.output_dir / "submitit" / key
                 tasks = [RunTask(run_id=r.run_id, config_yaml=r.config_yaml, sweep_dir=str(spec.output_dir),
-                                 workdir=workdir, resources=res.to_dict(), cluster=cluster) for r in group]
+                                 workdir=workdir, resources=res.to_dict(), cluster=cluster, sweep_name=spec.name,
+                                 pictures=pictures)
+                         for r in group]
                 if cluster == "local":  # no arrays: max_parallel jobs, each trains its share in turn
                     slots = min(spec.max_parallel, len(tasks))
                     chunks = [tasks[i::slots] for i in range(slots)]

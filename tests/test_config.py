@@ -103,3 +103,12 @@ def test_keys_added_at_their_default_keep_the_committed_run_ids():
     assert set(other) <= set(HASH_NEUTRAL_DEFAULTS)
     for key, value in other.items():
         assert config_hash(load_config(None, [f"{key}={value}"])) != config_hash(base), key
+
+
+def test_a_list_of_strings_is_overridden_as_a_list():
+    """``key=[a,b]`` for a ``list[str]`` field is a list (it used to be kept as the text "[a,b]",
+    which the schema rejected); a plain ``str`` field still keeps YAML words as text."""
+    cfg = load_config(None, ["env.task_types=[pick_and_place_simple,look_at_obj_in_light]",
+                             "logging.tags=[a,b]", "logging.group=off"])
+    assert cfg.env.task_types == ["pick_and_place_simple", "look_at_obj_in_light"]
+    assert cfg.logging.tags == ["a", "b"] and cfg.logging.group == "off"

@@ -12,8 +12,10 @@ import importlib
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -60,7 +62,7 @@ def orl():
             maker=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.experience_maker"),
             trainer=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.trainer"),
             policy=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.policy"),
-            cpu=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.cpu"),
+            cpu_workers=importlib.import_module("openrlhf_cpu_workers"),
             settings=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.settings"),
             stubbed=need,
         )
@@ -302,7 +304,7 @@ def test_openrlhf_objective_equals_the_local_backends_loss(orl):
 
 
 def test_gpu_stack_calls_openrlhfs_classes_with_their_real_signatures(orl, monkeypatch):
-    """The GPU branch of build_stack (not runnable here) against OpenRLHF's real signatures:
+    """The production Workers.build (GPUs; not runnable here) against OpenRLHF's real signatures:
     create_vllm_engines, RayActorGroup and each worker's init_model_from_pretrained are bound
     with inspect.signature; layout (shared placement group, GPU shares) as OpenRLHF's launcher."""
     import inspect
@@ -338,7 +340,7 @@ def test_gpu_stack_calls_openrlhfs_classes_with_their_real_signatures(orl, monke
     cfg = load_config(overrides=["backend=openrlhf", "algorithm.name=ppo"])
     settings = orl.settings.OpenRLHFSettings(num_nodes=1, gpus_per_node=2).resolved(needs_critic=True)
     args, _ = parsed_args(orl, cfg, settings)
-    stack = orl.trainer.build_stack(args, orl.utils.get_strategy(args), settings, "/models/x", 10)
+    stack = orl.trainer.Workers().build(args, orl.utils.get_strategy(args), settings, "/models/x", 10)
     assert stack.engines == ["engine0"] and stack.dp_ranks == 2
     eng = calls["engines"]
     assert eng["num_engines"] == 2 and eng["max_model_len"] == args.data.max_len and eng["shared_pg"] is not None
@@ -371,7 +373,7 @@ def ray_cluster(orl):
 
     from g2po_bench.algorithms.backends.openrlhf.cluster import worker_runtime_env
 
-    path = os.pathsep.join([str(ROOT)] + ([str(STUBS)] if orl.stubbed else []))
+    path = os.pathsep.join([str(ROOT / "tests")] + ([str(STUBS)] if orl.stubbed else []))
     ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False,
              runtime_env=worker_runtime_env({"PYTHONPATH": path, "OMP_NUM_THREADS": "1"}))
     yield ray
@@ -395,11 +397,11 @@ def test_ray_rollout_side_with_a_cpu_policy(orl, ray_cluster, tiny_model):
 
     cfg = load_config(overrides=["backend=openrlhf", "env.name=toy", "train.max_response_tokens=6",
                                  "train.micro_batch_size=4", "train.mini_batch_size=8", "train.group_size=3"])
-    settings = orl.settings.OpenRLHFSettings(device="cpu", num_nodes=1, gpus_per_node=1,
-                                             vllm_num_engines=2).resolved()
+    workers = orl.cpu_workers.CPUWorkers()
+    settings = workers.resolve(orl.settings.OpenRLHFSettings(num_nodes=1, gpus_per_node=1, vllm_num_engines=2))
     args, _ = parsed_args(orl, cfg, settings, model_path=str(tiny_model))
     strategy = orl.utils.get_strategy(args)
-    stack = orl.trainer.build_stack(args, strategy, settings, str(tiny_model), max_steps=4)
+    stack = workers.build(args, strategy, settings, str(tiny_model), max_steps=4)
     tok = orl.trainer.load_tokenizer(tiny_model)
     policy = orl.policy.EnginePolicy(stack.engines, tok, max_prompt_tokens=cfg.train.max_prompt_tokens,
                                      sampling_params=stack.sampling_params)
@@ -449,7 +451,7 @@ def test_ray_rollout_side_with_a_cpu_policy(orl, ray_cluster, tiny_model):
             seen += 1
     assert seen == len(rb.steps)
 
-    # the update path through the CPU stand-in (algorithms/backends/openrlhf/cpu.py), not OpenRLHF's
+    # the update path through the CPU stand-in (tests/openrlhf_standins.py), not OpenRLHF's
     # DeepSpeed ppo_train: append the experiences to the actor group, CPUModelActor.fit (one PPO
     # pass with OpenRLHF's PolicyLoss / compute_approx_kl / aggregate_loss and torch AdamW), then
     # broadcast_to_vllm, which makes each HFRolloutEngine stand-in load the actor's weights
@@ -466,12 +468,15 @@ def test_ray_rollout_side_with_a_cpu_policy(orl, ray_cluster, tiny_model):
 # ---------------------------------------------------------------------------- the CLI, end to end
 @pytest.mark.slow
 def test_g2po_train_backend_openrlhf_dry_run_on_cpu_and_resume(orl, tmp_path):
-    """``g2po train backend=openrlhf`` with the CPU stand-ins (openrlhf.device=cpu): Ray started
-    locally, two iterations writing the run folder with seconds per phase, then a resume."""
+    """``g2po train backend=openrlhf`` with the CPU stand-ins injected (tests/openrlhf_cpu_train.py): Ray started
+    locally, two iterations writing the run folder with seconds per phase, step tables and
+    ``timing.json`` (the run lifecycle shared with the local backend); a resume stopped by SIGTERM
+    in its second iteration (the lifecycle's signal policy: ``interrupted``, exit status 143, only
+    checkpointed iterations recorded), then resumed to the end."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([str(STUBS)] if orl.stubbed else [])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests")] + ([str(STUBS)] if orl.stubbed else [])
                                         + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    env.update({"G2PO_OPENRLHF_DEVICE": "cpu", "G2PO_OPENRLHF_VLLM_NUM_ENGINES": "1", "OMP_NUM_THREADS": "1",
+    env.update({"G2PO_OPENRLHF_VLLM_NUM_ENGINES": "1", "OMP_NUM_THREADS": "1",
                 "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"})
     for k in ("G2PO_NUM_NODES", "SLURM_JOB_ID", "RAY_ADDRESS"):
         env.pop(k, None)
@@ -480,10 +485,16 @@ def test_g2po_train_backend_openrlhf_dry_run_on_cpu_and_resume(orl, tmp_path):
               "train.mini_batch_size=8", "train.max_prompt_tokens=16", "eval.num_tasks=2", "eval.every=0", "model.hidden_size=32",
               "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64", "model.vocab_size=300",
               f"output_dir={tmp_path}", "run_id=dry", f"train.warm_start_cache={tmp_path / 'warm_start'}", "progress=false"]
+    # the lifecycle's trackers, as on the local backend (the tracking extra; CI installs it)
+    tensorboard = importlib.util.find_spec("tensorboard") is not None
+    if tensorboard:
+        common.append("logging.backends=[jsonl,console,tensorboard]")
+
+    def argv(*extra):
+        return [sys.executable, str(ROOT / "tests" / "openrlhf_cpu_train.py"), *common, *extra]
 
     def g2po(*extra):
-        res = subprocess.run([sys.executable, "-m", "g2po_bench.cli", "train", *common, *extra], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=1200)
+        res = subprocess.run(argv(*extra), cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
         if res.returncode != 0:
             pytest.fail(f"g2po train failed ({res.returncode}):\n{res.stdout[-2000:]}\n{res.stderr[-6000:]}",
                         pytrace=False)
@@ -517,9 +528,54 @@ def test_g2po_train_backend_openrlhf_dry_run_on_cpu_and_resume(orl, tmp_path):
     assert state["iteration"] == 2 and state["backend"] == "openrlhf"
     assert (run / "checkpoints" / "latest" / "policy" / "config.json").exists()
     assert "--algo.kl.use_loss" in (run / "openrlhf_args.txt").read_text()
-    g2po("train.iterations=3", "resume=true")
+    # the lifecycle's records, as on the local backend: a step table per iteration (record_graphs,
+    # the default) with the advantages the estimator gave, and the seconds per phase
+    from g2po_bench.core.steptable import read_step_table, recorded_iterations
+
+    assert recorded_iterations(run) == [1, 2]
+    table = read_step_table(run, 2)
+    assert table.estimator == "g2po" and len(table.frame) == recs[1]["train/steps"]
+    assert {"node_value", "a_ep"} <= set(table.frame.columns) and np.isfinite(table.frame["advantage"]).all()
+    assert recs[1]["record/bytes"] == (run / "steps" / "iter_00002.parquet").stat().st_size
+    timing = json.loads((run / "timing.json").read_text())["seconds"]
+    assert {"tasks", "workers", "evaluation", "RL iterations"} <= set(timing), timing
+
+    # SIGTERM to the driver while it trains iteration 4 (as `scancel --signal=TERM` does): the
+    # iteration is abandoned, the checkpoint of iteration 3 is what a resume continues from
+    log = tmp_path / "stopped.log"
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(argv("train.iterations=4", "resume=true"), cwd=ROOT, env=env, stdout=fh,
+                                stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 1200
+        while len((run / "metrics.jsonl").read_text().splitlines()) < 3:
+            assert proc.poll() is None and time.time() < deadline, log.read_text()[-4000:]
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=600) == 128 + signal.SIGTERM, log.read_text()[-4000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "interrupted" and "interrupted by SIGTERM during iteration 4" in status["error"], status
+    assert status["iteration"] == 3
+    assert [json.loads(x)["iteration"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
+    assert json.loads((run / "checkpoints" / "latest" / "trainer_state.json").read_text())["iteration"] == 3
+    assert recorded_iterations(run)[:3] == [1, 2, 3]
+
+    g2po("train.iterations=4", "resume=true")
     recs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["iteration"] for r in recs] == [1, 2, 3]
-    assert json.loads((run / "status.json").read_text())["iteration"] == 3
+    assert [r["iteration"] for r in recs] == [1, 2, 3, 4]
+    assert json.loads((run / "status.json").read_text())["iteration"] == 4
+    assert recorded_iterations(run) == [1, 2, 3, 4]
     at_t = json.loads((run / "eval.json").read_text())["at_train_temperature"]
-    assert at_t["before"]["iteration"] == 0 and at_t["final"]["iteration"] == 3  # "before" kept across the resume
+    assert at_t["before"]["iteration"] == 0 and at_t["final"]["iteration"] == 4  # "before" kept across the resumes
+    if tensorboard:  # one series across the three attempts, equal to the records (float32)
+        from tracker_files import tensorboard_scalars
+
+        tb = tensorboard_scalars(run / "tensorboard")
+        assert tb["train/success_rate"] == [(r["iteration"], float(np.float32(r["train/success_rate"]))) for r in recs]
+        assert tb["loss/kl"] == [(r["iteration"], float(np.float32(r["loss/kl"]))) for r in recs]
+        ev = json.loads((run / "eval.json").read_text())
+        assert tb["eval/success_rate"] == [(e["iteration"], float(np.float32(e["success_rate"])))
+                                           for e in ev["history"]]

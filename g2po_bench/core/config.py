@@ -26,6 +26,8 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from g2po_bench.core.tracking import TrackingError, check_installed
+
 __all__ = [
     "ConfigError",
     "EnvConfig",
@@ -33,6 +35,7 @@ __all__ = [
     "ModelConfig",
     "TrainConfig",
     "EvalConfig",
+    "LoggingConfig",
     "RunConfig",
     "parse_config",
     "validate_config",
@@ -43,6 +46,8 @@ __all__ = [
     "resolve_run_id",
     "require",
     "LOSS_AGG_MODES",
+    "NON_SEMANTIC_KEYS",
+    "TRACKER_BACKENDS",
 ]
 
 RL_TASK_POOLS = ("all", "without_demos")  # train.rl_tasks
@@ -269,6 +274,34 @@ class EvalConfig:
     at_train_temperature: bool = True
 
 
+TRACKER_BACKENDS = ("jsonl", "console", "tensorboard", "wandb")  # logging.backends
+WANDB_MODES = ("online", "offline")  # logging.wandb_mode (null: W&B's own default, $WANDB_MODE or online)
+
+
+@dataclass
+class LoggingConfig:
+    """Where a run's metrics, evaluations and pictures go (:mod:`g2po_bench.core.tracking`).
+
+    ``jsonl`` (the run folder's ``metrics.jsonl`` and ``eval.json``) is always on; ``console``
+    prints one line per iteration; ``tensorboard`` writes event files to ``<run>/tensorboard``
+    (``torch.utils.tensorboard``; extra ``tracking``); ``wandb`` logs to Weights & Biases
+    (files under ``<run>/wandb``; the API key only from the environment, ``WANDB_API_KEY`` or
+    ``wandb login``). Not part of the config hash: tracking never changes a result or a run id.
+    """
+
+    backends: list[str] = field(default_factory=lambda: ["jsonl", "console"])
+    project: str = "g2po-bench"  # W&B project
+    entity: str | None = None  # W&B entity (team or user; null: the key's default)
+    group: str | None = None  # W&B group (null: the sweep's name for a sweep's runs, else none)
+    tags: list[str] = field(default_factory=list)  # W&B tags
+    wandb_mode: str | None = None  # "online" | "offline" | null (W&B's default: $WANDB_MODE, else online)
+    # a picture of one task group's state graph every this many iterations (0 = never): needs
+    # record_graphs; tensorboard/wandb only
+    graph_every: int = 0
+    graph_group: int = -1  # the task group drawn (-1: the most informative, analysis.state_graph.choose_group)
+    learning_curve: bool = True  # the learning-curve picture after the last iteration (tensorboard/wandb)
+
+
 @dataclass
 class RunConfig:
     """One run. ``run_id`` None derives ``<env>-<algorithm>-s<seed>-<hash>`` from the config."""
@@ -284,10 +317,11 @@ class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
     # write <run>/steps/iter_<K>.parquet every iteration (results/steptable.py; `g2po graph`
     # draws a group's state graph from it). On for the CPU default (about 10 KB per
     # iteration); the GPU presets turn it off. Does not change results (not in the hash).
-    # The local backend records; the OpenRLHF backend does not yet.
+    # Both backends record (algorithms/backends/lifecycle.py).
     record_graphs: bool = True
 
 
@@ -296,6 +330,7 @@ def _str_field(dotted: str) -> bool:
     """True when ``dotted`` (e.g. ``"run_id"``, ``"model.path"``) is a ``str`` (or ``str | None``)
     field of :class:`RunConfig`; False for other types and unknown keys."""
     import dataclasses
+    import types
     import typing
 
     cls: Any = RunConfig
@@ -311,7 +346,8 @@ def _str_field(dotted: str) -> bool:
             cls = hint
             continue
         args = typing.get_args(hint)
-        return hint is str or (bool(args) and str in args and all(a in (str, type(None)) for a in args))
+        union = typing.get_origin(hint) in (typing.Union, types.UnionType)  # not list[str]
+        return hint is str or (union and str in args and all(a in (str, type(None)) for a in args))
     return False
 
 
@@ -383,6 +419,8 @@ def parse_config(
     except OmegaConfBaseException as exc:
         raise ConfigError(_omegaconf_message(exc)) from None
     resolve_logprob_source(cfg)
+    # jsonl is always on: the saved config says so whatever the list held
+    cfg.logging.backends = ["jsonl", *dict.fromkeys(b for b in cfg.logging.backends if b != "jsonl")]
     validate_config(cfg)
     return cfg
 
@@ -409,6 +447,8 @@ def resolve_logprob_source(cfg: RunConfig) -> None:
     if cfg.train.old_logprobs == "auto":
         exact = cfg.backend == "local" and cfg.model.dtype == "float32"
         cfg.train.old_logprobs = "sampler" if exact else "recompute"
+    # jsonl is always on: the saved config says so whatever the list held
+    cfg.logging.backends = ["jsonl", *dict.fromkeys(b for b in cfg.logging.backends if b != "jsonl")]
 
 
 def _is_set(layer: DictConfig, dotted: str) -> bool:
@@ -507,6 +547,20 @@ def validate_config(cfg: RunConfig) -> None:
     need(cfg.eval.every >= 0, "eval.every", "must be >= 0 (0 = only before and after)")
     need(cfg.eval.num_tasks >= 0, "eval.num_tasks", "must be >= 0 (0 = whole split)")
     need(cfg.eval.temperature >= 0, "eval.temperature", "must be >= 0 (0 = greedy)")
+    lg = cfg.logging
+    for b in lg.backends:
+        need(b in TRACKER_BACKENDS, "logging.backends", f"{b!r}; choose from {', '.join(TRACKER_BACKENDS)}")
+    need(lg.wandb_mode is None or lg.wandb_mode in WANDB_MODES, "logging.wandb_mode",
+         "choose online, offline, or null (W&B's default: $WANDB_MODE, else online)")
+    need(bool(lg.project) and "/" not in lg.project, "logging.project", "a W&B project name without '/'")
+    need(lg.graph_every >= 0, "logging.graph_every", "must be >= 0 (0 = no state-graph pictures)")
+    need(lg.graph_group >= -1, "logging.graph_group", "a task group id, or -1 for the most informative one")
+    need(lg.graph_every == 0 or cfg.record_graphs, "logging.graph_every",
+         "the state-graph pictures are drawn from the step tables: set record_graphs=true or logging.graph_every=0")
+    try:
+        check_installed(lg.backends)
+    except TrackingError as exc:
+        raise ConfigError(f"bad value for config key 'logging.backends': {exc}") from None
 
 
 def config_to_dict(cfg: RunConfig) -> dict[str, Any]:
@@ -519,7 +573,9 @@ def config_to_yaml(cfg: RunConfig) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
 
 
-_NON_SEMANTIC_KEYS = ("run_id", "resume", "progress", "output_dir", "record_graphs")
+#: top-level keys that never change a result: left out of :func:`config_hash`, so adding or
+#: changing them keeps run ids (``logging``: where metrics also go, :mod:`g2po_bench.core.tracking`)
+NON_SEMANTIC_KEYS = ("run_id", "resume", "progress", "output_dir", "record_graphs", "logging")
 
 #: keys added after runs were recorded, left out of :func:`config_hash` while they hold their
 #: default, so that every config that existed before keeps its hash (and its run id: committed
@@ -533,10 +589,10 @@ HASH_NEUTRAL_DEFAULTS: dict[str, Any] = {
 
 def config_hash(cfg: RunConfig, length: int = 10) -> str:
     """Stable hash of the result-relevant part of the config (ignores run_id, resume, progress,
-    output_dir, record_graphs, and the keys of :data:`HASH_NEUTRAL_DEFAULTS` at their default);
-    two configs with the same hash produce the same run."""
+    output_dir, record_graphs, logging, and the keys of :data:`HASH_NEUTRAL_DEFAULTS` at their
+    default); two configs with the same hash produce the same run."""
     d = config_to_dict(cfg)
-    for k in _NON_SEMANTIC_KEYS:
+    for k in NON_SEMANTIC_KEYS:
         d.pop(k, None)
     for dotted, default in HASH_NEUTRAL_DEFAULTS.items():
         *parents, leaf = dotted.split(".")

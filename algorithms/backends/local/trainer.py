@@ -33,11 +33,14 @@ Evaluation on a fixed panel at ``eval.temperature`` before RL (after the warm st
 optimizer, RNG and trainer state) is written atomically every ``train.checkpoint_every`` iterations; a run with
 ``resume=true`` continues from it and loses at most the iterations since.
 
-Signals (SIGTERM, SIGINT, the preemption signal SIGUSR2): the policy of
-:mod:`g2po_bench.benchmarks.shutdown`: the iteration in flight is abandoned without being recorded (or
-finished, when its rollouts were complete), the last complete iteration is checkpointed if it
-is not yet, ``status.json`` says ``interrupted`` and the process exits with ``128 + signal``
-(or Submitit requeues the job). An iteration where most episodes crashed
+The run's records (status, metrics, evaluations, checkpoint bookkeeping and resume, timing,
+step tables, trackers) and the signal policy are the run lifecycle's
+(:mod:`g2po_bench.algorithms.backends.lifecycle`, shared with the OpenRLHF backend); this module
+writes the policy, optimizer, RNG and critic state into a checkpoint and reads them back.
+Signals (SIGTERM, SIGINT, the preemption signal SIGUSR2): the iteration in flight is abandoned
+without being recorded (or finished, when its rollouts were complete), the last complete
+iteration is checkpointed if it is not yet, ``status.json`` says ``interrupted`` and the process
+exits with ``128 + signal`` (or Submitit requeues the job). An iteration where most episodes crashed
 (:mod:`g2po_bench.core.crashes`) is rolled out again after restarting the environment workers, at most
 ``train.crash_retries`` times; then the run fails with the reason.
 """
@@ -46,9 +49,7 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import random
-import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -60,21 +61,18 @@ from g2po_bench.algorithms import losses
 from g2po_bench.algorithms.backends.batching import split_mini_batches
 from g2po_bench.algorithms.backends.common import (
     SamplerGapMonitor,
-    TruncationWarnings,
     at_train_temperature,
     eval_metrics,
-    eval_record,
     evaluate_panel,
     load_task_splits,
     needs_critic,
-    record_evaluation,
-    record_step_table,
     rl_tasks,
     rollout_metrics,
     step_advantages,
     train_temperature_eval_due,
     training_rollouts,
 )
+from g2po_bench.algorithms.backends.lifecycle import RunLifecycle
 from g2po_bench.algorithms.backends.local.memory import (
     enable_checkpointing,
     peak_memory_gb,
@@ -94,15 +92,16 @@ from g2po_bench.algorithms.backends.local.precision import (
 from g2po_bench.algorithms.backends.local.sampling import SamplingParams, model_generation_overrides
 from g2po_bench.algorithms.backends.local.value import ValueModel
 from g2po_bench.algorithms.backends.local.warm_start import ensure_warm_start
-from g2po_bench.algorithms.backends.progress import RunProgress, format_rate_ci
+from g2po_bench.algorithms.backends.progress import format_rate_ci
 from g2po_bench.benchmarks.cpus import usable_cpus
 from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.rollout import RolloutBatch
-from g2po_bench.benchmarks.shutdown import GracefulShutdown, ShutdownRequested, check_stop
+from g2po_bench.benchmarks.shutdown import ShutdownRequested, check_stop
 from g2po_bench.benchmarks.workers import EnvPool
-from g2po_bench.core.config import RunConfig, config_to_yaml, resolve_run_id
+from g2po_bench.core.config import RunConfig
 from g2po_bench.core.crashes import CRASHED_HEAVY_FRACTION, is_crashed_heavy
-from g2po_bench.core.rundir import RunDir, atomic_write_json, atomic_write_text
+from g2po_bench.core.rundir import RunDir, atomic_write_json
+from g2po_bench.core.tracking import RunPictures
 
 __all__ = ["LocalTrainer", "train", "torch_threads"]
 
@@ -114,27 +113,30 @@ def seed_everything(seed: int) -> None:
 
 
 class LocalTrainer:
-    """Runs one training run of ``cfg`` into ``<output_dir>/<run_id>`` (see module docstring)."""
+    """Runs one training run of ``cfg`` into ``<output_dir>/<run_id>`` (see module docstring).
 
-    def __init__(self, cfg: RunConfig, console=None):
+    Args:
+        cfg: the RunConfig (``backend=local``).
+        console: rich console for progress (optional).
+        pictures: draws the tracker pictures (:class:`g2po_bench.core.tracking.RunPictures`; optional).
+    """
+
+    def __init__(self, cfg: RunConfig, console=None, pictures: RunPictures | None = None):
         self.cfg = cfg
-        self.run = RunDir(Path(cfg.output_dir) / resolve_run_id(cfg)).create()
         self.bench = get_benchmark(cfg.env.name)
         self.console = console
         self.device = resolve_device(cfg.model.device)
-        self.metrics_t0 = time.time()
-        self.eval_history: list[dict[str, Any]] = []
-        # eval.at_train_temperature: {"before": EVAL, "final": EVAL} at train.temperature
-        self.train_temperature_evals: dict[str, dict[str, Any]] = {}
-        self.start_iteration = 1
         self.critic: ValueModel | None = None
-        # (iteration, RNG states) while the model and optimizer hold exactly the state at the
-        # end of that iteration (None while an update is under way); what a stop may checkpoint
-        self._clean: tuple[int, tuple[Any, Any]] | None = None
-        self._ckpt_iteration: int | None = None  # iteration of checkpoints/latest
-        self.truncation = TruncationWarnings(cfg.train.max_prompt_tokens, log=self.log if console is not None else None)
+        # a stop checkpoints the state at the end of the last complete iteration: the lifecycle
+        # keeps that iteration's RNG states (_rng_state) and restores them before saving
+        self.lifecycle = RunLifecycle(cfg, backend="local", console=console,
+                                      truncation_log=self.log if console is not None else None,
+                                      write_checkpoint=self._write_checkpoint, capture_state=_rng_state,
+                                      restore_state=_restore_rng_state, pictures=pictures)
+        self.run: RunDir = self.lifecycle.run
+        self.progress = self.lifecycle.progress
+        self.truncation = self.lifecycle.truncation
         self.sampler_gap = SamplerGapMonitor(cfg.model.dtype, log=self.log if console is not None else None)
-        self.progress = RunProgress(console, enabled=cfg.progress)
         self.compute_dtype = compute_dtype(cfg.model.dtype)
         self.ref_device = self.device if cfg.train.ref_device == "auto" else torch.device(cfg.train.ref_device)
         self.sampling = SamplingParams(temperature=cfg.train.temperature, top_p=cfg.train.top_p)
@@ -143,6 +145,16 @@ class LocalTrainer:
     def log(self, msg: str) -> None:
         """Print one line (above any progress bar)."""
         self.progress.log(msg)
+
+    @property
+    def start_iteration(self) -> int:
+        """The next iteration to train (:attr:`RunLifecycle.start_iteration`)."""
+        return self.lifecycle.start_iteration
+
+    @property
+    def eval_history(self) -> list[dict[str, Any]]:
+        """The evaluations of the panel so far (:attr:`RunLifecycle.eval_history`)."""
+        return self.lifecycle.eval_history
 
     # ------------------------------------------------------------------ setup
     def _setup_model(self, pool: EnvPool, train_tasks) -> dict[str, float]:
@@ -189,52 +201,43 @@ class LocalTrainer:
             whatever the environment, model or estimator raise; ``status.json`` then says failed.
         """
         cfg = self.cfg
+        lc = self.lifecycle
         seed_everything(cfg.seed)
-        atomic_write_text(self.run.config_path, config_to_yaml(cfg))
-        total = cfg.train.iterations
-        self.run.write_status("running", 0, total)
+        lc.start()
         t_setup = time.time()
         try:
-            with self.progress.phase("loading tasks", key="tasks"):
-                train_tasks, panel = load_task_splits(cfg, self.bench)
-                rl_pool = self._rl_tasks(train_tasks)  # fails here, before any work, if it is empty
-            # printed once the tasks are loaded: a data or config error stays a one-line message
-            self.log(f"run folder: {self.run.root}")
-            self.log(f"tasks: {len(train_tasks)} training, evaluation panel of {len(panel)} x "
-                     f"{cfg.eval.episodes_per_task} episode(s) ({cfg.env.eval_split})")
-            with EnvPool(cfg.env.name, cfg.env, cfg.env.num_workers) as pool:
-                setup_stats = self._setup_model(pool, train_tasks)
-                # the same RNG state whether the warm start was just built (SFT draws from the
-                # global RNG) or reused from the cache: same config and seed, same rollouts
-                seed_everything(cfg.seed)
-                self._prepare_training()
-                if self._resume_state is not None:
-                    self._load_checkpoint(self._resume_state)
-                    self.run.write_status("running", self.start_iteration - 1, total)
-                else:
-                    # a fresh start (also resume=true without a checkpoint): drop what an
-                    # earlier attempt of this run may have logged before its first checkpoint
-                    self.run.truncate_metrics(0)
-                    if setup_stats:
-                        atomic_write_json(self.run.root / "setup.json", {**setup_stats,
-                                          "setup_seconds": time.time() - t_setup})
-                    ev = self._evaluate(pool, panel, 0)
-                    self.log(f"evaluation before RL: success {format_rate_ci(ev)}")
-                    self._evaluate_at_train_temperature(pool, panel, 0, "before")
-                self._loop(pool, rl_pool, panel)
+            with lc.checkpoint_on_stop():
+                with self.progress.phase("loading tasks", key="tasks"):
+                    train_tasks, panel = load_task_splits(cfg, self.bench)
+                    rl_pool = self._rl_tasks(train_tasks)  # fails here, before any work, if it is empty
+                # printed once the tasks are loaded: a data or config error stays a one-line message
+                self.log(f"run folder: {self.run.root}")
+                self.log(f"tasks: {len(train_tasks)} training, evaluation panel of {len(panel)} x "
+                         f"{cfg.eval.episodes_per_task} episode(s) ({cfg.env.eval_split})")
+                with EnvPool(cfg.env.name, cfg.env, cfg.env.num_workers) as pool:
+                    setup_stats = self._setup_model(pool, train_tasks)
+                    # the same RNG state whether the warm start was just built (SFT draws from the
+                    # global RNG) or reused from the cache: same config and seed, same rollouts
+                    seed_everything(cfg.seed)
+                    self._prepare_training()
+                    if self._resume_state is not None:
+                        self._load_checkpoint(self._resume_state)
+                    else:
+                        # a fresh start (also resume=true without a checkpoint): drop what an
+                        # earlier attempt of this run may have logged before its first checkpoint
+                        lc.fresh_start()
+                        lc.write_setup(setup_stats, t_setup)
+                        ev = self._evaluate(pool, panel, 0)
+                        self.log(f"evaluation before RL: success {format_rate_ci(ev)}")
+                        self._evaluate_at_train_temperature(pool, panel, 0, "before")
+                    lc.begin_training()
+                    self._loop(pool, rl_pool, panel)
         except ShutdownRequested:
-            raise  # handled by stop_on_signal: not a failure
+            raise  # handled by RunLifecycle.run_guarded: not a failure
         except BaseException as exc:
-            self.run.write_status("failed", self.start_iteration - 1, total, error=f"{type(exc).__name__}: {exc}")
+            lc.fail(exc)
             raise
-        self.run.write_status("done", total, total)
-        summary = (eval_record(self.cfg, self.eval_history, self.train_temperature_evals)
-                   if self.eval_history else None)
-        for line in self.progress.summary_lines(summary):
-            self.log(line)
-        atomic_write_json(self.run.root / "timing.json", {"seconds": self.progress.seconds,
-                                                          "torch_threads": torch.get_num_threads()})
-        return self.run
+        return lc.finish(torch_threads=torch.get_num_threads())
 
     def _prepare_training(self) -> None:
         """After the models are loaded: freeze the reference, check the master weights, switch
@@ -283,7 +286,6 @@ class LocalTrainer:
     def _loop(self, pool: EnvPool, train_tasks, panel) -> None:
         cfg = self.cfg
         total = cfg.train.iterations
-        self._clean = (self.start_iteration - 1, _rng_state())
         for it in range(self.start_iteration, total + 1):
             check_stop()
             with self.progress.phase(f"RL iteration {it}/{total}", total=cfg.env.max_steps, key="RL iterations",
@@ -296,16 +298,10 @@ class LocalTrainer:
                 ev = self._evaluate(pool, panel, it)
                 rec.update(eval_metrics(ev))
                 line += f"; held-out success {format_rate_ci(ev)}"
-            self.log(line)
+            self.lifecycle.console_line(line)
             if it == total:
                 self._evaluate_at_train_temperature(pool, panel, it, "final")
-            rec["time_s"] = time.time() - self.metrics_t0
-            self.run.log_metrics(rec)
-            if it % cfg.train.checkpoint_every == 0 or it == total:
-                self._save_checkpoint(it)
-            self.run.write_status("running" if it < total else "done", it, total)
-            self.start_iteration = it + 1
-            self._clean = (it, _rng_state())
+            self.lifecycle.end_iteration(rec)
 
     def _iteration(self, pool: EnvPool, train_tasks, it: int, on_step=None) -> dict[str, Any]:
         cfg = self.cfg
@@ -324,7 +320,7 @@ class LocalTrainer:
         res = step_advantages(cfg, rb, values)
         t_adv = time.time()
         check_stop()  # a stop requested during the rollouts abandons the iteration here
-        self._clean = None  # the update changes the model: no longer the state of iteration it-1
+        self.lifecycle.update_started()  # the update changes the model: no longer the state of iteration it-1
         upd = self._update(rb, res.advantages)
         if self.critic is not None:
             returns = res.returns if res.returns is not None else res.advantages + values
@@ -343,7 +339,7 @@ class LocalTrainer:
             **_throughput_metrics(gen),
             **{f"adv/{k}": v for k, v in res.diagnostics.items()},
             **upd,
-            **record_step_table(self.run.root, cfg, rb, res, it, values),
+            **self.lifecycle.record_step_table(rb, res, it, values),
         }
         if mem_roll is not None:
             rec["memory/rollout_peak_gb"] = mem_roll
@@ -380,33 +376,6 @@ class LocalTrainer:
             "between attempts): the environment is failing, not the policy. Check the environment "
             "(data, memory, the worker log) and resume with resume=true; train.crash_retries sets the "
             "number of attempts")
-
-    def stop_on_signal(self, signum: int) -> str:
-        """After a stop request (:mod:`g2po_bench.benchmarks.shutdown`): checkpoint the last complete
-        iteration if it is not yet, keep only checkpointed iterations in ``metrics.jsonl``, write
-        ``status.json`` ``interrupted``; returns the one-line reason (also in the status)."""
-        name = signal.Signals(signum).name
-        total = self.cfg.train.iterations
-        in_flight = self.start_iteration
-        if self._clean is not None and self._clean[0] > (self._ckpt_iteration if self._ckpt_iteration is not None
-                                                         else -1):
-            it, (torch_rng, py_rng) = self._clean
-            torch.set_rng_state(torch_rng)
-            random.setstate(py_rng)
-            self._save_checkpoint(it)
-        done = self._ckpt_iteration
-        if done is not None:
-            self.run.truncate_metrics(done)
-            where = f"resume=true continues from the checkpoint of iteration {done}"
-        else:
-            self.run.truncate_metrics(0)
-            where = "no checkpoint yet: resume=true starts the run again"
-        when = (f"during iteration {in_flight} of {total}, which was not recorded" if self._clean is not None
-                else "before RL started (loading tasks, warm start or the evaluation before RL)")
-        msg = f"interrupted by {name} {when}; {where}"
-        self.run.write_status("interrupted", done or 0, total, error=msg)
-        self.log(msg)
-        return msg
 
     # ------------------------------------------------------------------ update
     def _update(self, rb: RolloutBatch, advantages: np.ndarray) -> dict[str, float]:
@@ -491,10 +460,7 @@ class LocalTrainer:
     # ------------------------------------------------------------------ evaluation
     def _evaluate(self, pool: EnvPool, panel, iteration: int) -> dict[str, Any]:
         ev = self._play_panel(self.cfg, pool, panel, iteration, f"evaluation at iteration {iteration}")
-        self.truncation.observe(eval_metrics(ev), iteration)
-        self.eval_history = record_evaluation(self.eval_history, ev)
-        self._write_eval()
-        return ev
+        return self.lifecycle.record_evaluation(ev)
 
     def _play_panel(self, cfg, pool: EnvPool, panel, iteration: int, title: str) -> dict[str, Any]:
         """One evaluation of ``panel`` with ``cfg``'s eval settings, shown as a progress phase."""
@@ -507,45 +473,28 @@ class LocalTrainer:
         """``eval.at_train_temperature``: the panel at ``train.temperature`` (same evaluation seed),
         recorded as ``eval.json`` ``at_train_temperature[which]`` ("before" or "final")."""
         cfg = self.cfg
-        if not train_temperature_eval_due(cfg, self.train_temperature_evals, which, iteration):
+        if not train_temperature_eval_due(cfg, self.lifecycle.train_temperature_evals, which, iteration):
             return
         t = cfg.train.temperature
         ev = self._play_panel(at_train_temperature(cfg), pool, panel, iteration,
                               f"evaluation at the training temperature {t:g}, iteration {iteration}")
-        self.train_temperature_evals[which] = ev
-        self._write_eval()
+        self.lifecycle.record_train_temperature_evaluation(which, ev)
         self.log(f"held-out success at the training temperature {t:g} ({which}): {format_rate_ci(ev)}")
 
-    def _write_eval(self) -> None:
-        atomic_write_json(self.run.eval_path, eval_record(self.cfg, self.eval_history, self.train_temperature_evals))
-
     # ------------------------------------------------------------------ checkpoints
-    def _save_checkpoint(self, it: int) -> None:
-        target = self.run.checkpoint_dir
-        staging = target.with_name(f".latest.{os.getpid()}.tmp")
-        if staging.exists():
-            import shutil
-
-            shutil.rmtree(staging)
-        staging.mkdir(parents=True)
+    def _write_checkpoint(self, staging: Path, it: int, trainer_state: dict[str, Any]) -> dict[str, Any] | None:
+        """The local backend's part of a checkpoint (:data:`.lifecycle.CheckpointWriter`): the
+        policy (``policy/``) and ``optim.pt`` (optimizer, RNG states, critic and its optimizer);
+        returns the trainer-state entries it adds (``warnings``, when the run warned)."""
         self.model.save_pretrained(staging / "policy")
         self.tokenizer.save_pretrained(staging / "policy")
-        marker = self.run.root / "reference" / "g2po_tiny.json"
-        if marker.exists():  # the tiny model's marker travels with its checkpoints (env.prompt=auto)
-            (staging / "policy" / "g2po_tiny.json").write_text(marker.read_text())
         state = {"optimizer": self.optimizer.state_dict(),
                  "torch_rng": torch.get_rng_state(),
                  "python_rng": random.getstate()}
         state.update(self._trained_state())
         torch.save(state, staging / "optim.pt")
-        (staging / "trainer_state.json").write_text(json.dumps({
-            "iteration": it, "eval_history": self.eval_history,
-            "train_temperature_evals": self.train_temperature_evals,
-            "elapsed_s": time.time() - self.metrics_t0,
-            "warnings": self.run.warnings,
-        }))
-        self.run.replace_dir(staging, target)
-        self._ckpt_iteration = it
+        # what the run warned about once (status.json warnings) survives a resume
+        return {"warnings": self.run.warnings} if self.run.warnings else None
 
     def _trained_state(self) -> dict[str, Any]:
         """What the run has trained besides the policy and its optimizer, for ``optim.pt``: the
@@ -577,18 +526,10 @@ class LocalTrainer:
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["python_rng"])
         self._load_trained_state(state)
-        self.start_iteration = int(meta["iteration"]) + 1
-        self._ckpt_iteration = int(meta["iteration"])
-        self.eval_history = meta["eval_history"]
-        self.train_temperature_evals = meta.get("train_temperature_evals", {})
-        self.metrics_t0 = time.time() - float(meta.get("elapsed_s", 0.0))
         self.run.warnings = dict(meta.get("warnings") or {})
         if "stale_sampler" in self.run.warnings:
             self.sampler_gap.record = dict(self.run.warnings["stale_sampler"])
-        self.run.truncate_metrics(int(meta["iteration"]))
-        if self.eval_history:
-            self._write_eval()
-        self.log(f"resumed from the checkpoint of iteration {meta['iteration']}")
+        self.lifecycle.resume(meta)
 
 
 def _has_sampler_logprobs(rb: RolloutBatch, i: int) -> bool:
@@ -627,6 +568,12 @@ def _rng_state() -> tuple[Any, Any]:
     return torch.get_rng_state(), random.getstate()
 
 
+def _restore_rng_state(state: tuple[Any, Any]) -> None:
+    torch_rng, py_rng = state
+    torch.set_rng_state(torch_rng)
+    random.setstate(py_rng)
+
+
 def _stack(store: dict[int, torch.Tensor], rows: list[int], mask: torch.Tensor) -> torch.Tensor:
     out = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
     for j, i in enumerate(rows):
@@ -645,8 +592,13 @@ def torch_threads(cfg: RunConfig) -> int:
     return cfg.model.num_threads if cfg.model.num_threads > 0 else usable_cpus()
 
 
-def train(cfg: RunConfig, console=None) -> RunDir:
+def train(cfg: RunConfig, console=None, pictures: RunPictures | None = None) -> RunDir:
     """Run the local backend on ``cfg``; returns the run folder.
+
+    Args:
+        cfg: the RunConfig.
+        console: rich console for progress (optional).
+        pictures: draws the tracker pictures (optional; :mod:`g2po_bench.analysis.pictures`).
 
     Raises:
         g2po_bench.benchmarks.shutdown.Interrupted: stopped by SIGTERM/SIGINT/SIGUSR2 (a ``SystemExit``
@@ -654,11 +606,5 @@ def train(cfg: RunConfig, console=None) -> RunDir:
             docstring); under Submitit the preemption signal requeues the job instead.
     """
     torch.set_num_threads(torch_threads(cfg))
-    trainer = LocalTrainer(cfg, console=console)
-    with GracefulShutdown(log=trainer.log if console is not None else None) as guard:
-        try:
-            return trainer.run_training()
-        except ShutdownRequested as req:
-            msg = trainer.stop_on_signal(req.signum)
-        guard.exit(msg)
-    raise AssertionError("unreachable: GracefulShutdown.exit raises")  # pragma: no cover
+    trainer = LocalTrainer(cfg, console=console, pictures=pictures)
+    return trainer.lifecycle.run_guarded(trainer.run_training)

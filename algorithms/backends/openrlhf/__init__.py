@@ -33,8 +33,9 @@ def missing_requirements() -> list[str]:
     return [m for m in REQUIRED_MODULES if importlib.util.find_spec(m) is None]
 
 
-def train(cfg, console=None):
-    """Train ``cfg`` with the OpenRLHF backend; returns the run folder (a RunDir).
+def train(cfg, console=None, pictures=None):
+    """Train ``cfg`` with the OpenRLHF backend; returns the run folder (a RunDir). ``pictures``:
+    the tracker pictures' drawer (:class:`g2po_bench.core.tracking.RunPictures`, optional).
 
     Raises:
         ImportError: OpenRLHF or part of its stack is not installed (the message says how).
@@ -45,4 +46,4 @@ def train(cfg, console=None):
     # lazy: the trainer imports OpenRLHF, Ray, DeepSpeed and vLLM (optional GPU dependencies)
     from g2po_bench.algorithms.backends.openrlhf.trainer import train as _train
 
-    return _train(cfg, console=console)
+    return _train(cfg, console=console, pictures=pictures)

@@ -39,7 +39,6 @@ import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 __all__ = ["Allocation", "read_allocation", "expand_nodelist", "RayCluster", "join_as_worker",
@@ -152,12 +151,11 @@ def read_allocation(environ: Mapping[str, str] | None = None) -> Allocation:
 
 
 def worker_runtime_env(extra_env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The Ray ``runtime_env`` of every worker: the project importable (PYTHONPATH), offline hub,
-    and the environment variables OpenRLHF's own launcher sets."""
-    root = str(Path(__file__).resolve().parents[3])
-    paths = [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
+    """The Ray ``runtime_env`` of every worker: this process's PYTHONPATH (the suite itself is
+    installed, ``g2po_bench``), offline hub, and the environment variables OpenRLHF's own
+    launcher sets."""
     env = {
-        "PYTHONPATH": os.pathsep.join(paths),
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
         "TOKENIZERS_PARALLELISM": os.environ.get("TOKENIZERS_PARALLELISM", "true"),
         "NCCL_DEBUG": os.environ.get("NCCL_DEBUG", "WARN"),
         "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": os.environ.get("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1"),

@@ -29,7 +29,6 @@ __all__ = ["OpenRLHFSettings", "load_settings", "ENV_PREFIX", "COLOCATE_CHOICES"
 
 ENV_PREFIX = "G2PO_OPENRLHF_"
 COLOCATE_CHOICES = ("all", "actor_ref", "none")
-_DEVICES = ("cuda", "cpu")
 
 
 @dataclass
@@ -61,9 +60,6 @@ class OpenRLHFSettings:
             sdpa), or any value transformers accepts.
         ray_address: an existing Ray cluster to join (e.g. ``auto``); empty = start one.
         node_wait_s: seconds the head waits for the other nodes to join.
-        device: ``cuda`` (OpenRLHF's DeepSpeed actors and vLLM engines) or ``cpu`` (CPU
-            stand-ins with the same remote interfaces, :mod:`.cpu`; for tests and dry runs of
-            the orchestration, not for training: use ``backend=local`` on a CPU).
     """
 
     num_nodes: int = 0
@@ -84,7 +80,6 @@ class OpenRLHFSettings:
     attn_implementation: str = "auto"
     ray_address: str = ""
     node_wait_s: float = 900.0
-    device: str = "cuda"
 
     # ------------------------------------------------------------------ derived values
     @property
@@ -104,21 +99,10 @@ class OpenRLHFSettings:
         s = dataclasses.replace(self)
         if s.colocate not in COLOCATE_CHOICES:
             raise ValueError(f"openrlhf.colocate={s.colocate!r}; choose one of {', '.join(COLOCATE_CHOICES)}")
-        if s.device not in _DEVICES:
-            raise ValueError(f"openrlhf.device={s.device!r}; choose cuda or cpu")
         if s.zero_stage not in (0, 1, 2, 3):
             raise ValueError(f"openrlhf.zero_stage={s.zero_stage}; choose 0, 1, 2 or 3")
         if s.vllm_tensor_parallel_size < 1:
             raise ValueError("openrlhf.vllm_tensor_parallel_size must be >= 1")
-        if s.device == "cpu":  # CPU stand-ins: one rank per model group, any number of engines
-            s.num_nodes = s.gpus_per_node = s.actor_gpus = 1
-            s.vllm_num_engines = max(1, s.vllm_num_engines)
-            s.vllm_tensor_parallel_size = 1
-            s.vllm_gpu_memory_utilization = s.vllm_gpu_memory_utilization or 0.5
-            s.vllm_enable_sleep = bool(s.vllm_enable_sleep)
-            s.ds_enable_sleep = bool(s.ds_enable_sleep)
-            s.attn_implementation = "eager" if s.attn_implementation == "auto" else s.attn_implementation
-            return s
         if s.num_nodes <= 0:
             s.num_nodes = _allocation_nodes()
         if s.gpus_per_node <= 0:

@@ -22,17 +22,21 @@ in the driver, :class:`StepPPOTrainer` subclasses ``BasePPOTrainer`` (its ``ppo_
 ``broadcast_to_vllm`` orchestration, sleep/wake handling and KL controller) and
 :class:`.experience_maker.StepExperienceMaker` subclasses ``RemoteExperienceMaker``.
 
-The run folder is the local backend's (``config.yaml``, ``metrics.jsonl`` with seconds per
-phase, ``eval.json``, ``status.json``, ``checkpoints/latest/{policy,trainer_state.json}``) plus
+The run folder is the local backend's, written by the same run lifecycle
+(:mod:`g2po_bench.algorithms.backends.lifecycle`: ``config.yaml``, ``metrics.jsonl`` with seconds
+per phase, ``eval.json``, ``status.json``, ``timing.json``, ``steps/`` with ``record_graphs``,
+``checkpoints/latest/{policy,trainer_state.json}``, the trackers of ``logging.backends``) plus
 ``checkpoints/openrlhf/`` (DeepSpeed checkpoints of the actor and critic: what ``resume=true``
-loads), ``openrlhf.json`` (layout) and ``openrlhf_args.txt`` (the OpenRLHF arguments).
+loads), ``openrlhf.json`` (layout) and ``openrlhf_args.txt`` (the OpenRLHF arguments). The
+lifecycle's signal policy applies too: SIGTERM, SIGINT or the preemption signal abandons the
+iteration in flight, checkpoints the last complete one (while the Ray workers are still up),
+and leaves ``status.json`` ``interrupted`` (exit status 128 + signal, or Submitit's requeue).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import shutil
 import time
@@ -45,22 +49,19 @@ import torch
 from openrlhf.trainer.ppo_trainer import BasePPOTrainer
 
 from g2po_bench.algorithms.backends.common import (
-    TruncationWarnings,
     at_train_temperature,
     eval_metrics,
-    eval_record,
     evaluate_panel,
     load_task_splits,
     needs_critic,
-    record_evaluation,
     rl_tasks,
     rollout_metrics,
     step_advantages,
     train_temperature_eval_due,
     training_rollouts,
 )
+from g2po_bench.algorithms.backends.lifecycle import RunLifecycle
 from g2po_bench.algorithms.backends.local.trainer import LocalTrainer
-from g2po_bench.algorithms.backends.openrlhf import cpu
 from g2po_bench.algorithms.backends.openrlhf.args import build_argv, parse_openrlhf_args
 from g2po_bench.algorithms.backends.openrlhf.cluster import (
     RayCluster,
@@ -78,11 +79,13 @@ from g2po_bench.algorithms.backends.openrlhf.policy import EnginePolicy, vllm_sa
 from g2po_bench.algorithms.backends.openrlhf.settings import OpenRLHFSettings, load_settings
 from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.rollout import RolloutBatch
+from g2po_bench.benchmarks.shutdown import ShutdownRequested, check_stop
 from g2po_bench.benchmarks.workers import EnvPool
-from g2po_bench.core.config import RunConfig, config_to_yaml, resolve_run_id
+from g2po_bench.core.config import RunConfig
 from g2po_bench.core.rundir import RunDir, atomic_write_json, atomic_write_text
+from g2po_bench.core.tracking import RunPictures
 
-__all__ = ["StepPPOTrainer", "OpenRLHFTrainer", "Stack", "build_stack", "load_tokenizer", "train"]
+__all__ = ["StepPPOTrainer", "OpenRLHFTrainer", "Stack", "Workers", "load_tokenizer", "train"]
 
 
 def load_tokenizer(path: str | os.PathLike):
@@ -166,34 +169,48 @@ class Stack:
     dp_ranks: int
 
 
-def build_stack(args, strategy, settings: OpenRLHFSettings, model_path: str, max_steps: int) -> Stack:
-    """Create and initialise the vLLM engines and the actor, reference and critic groups
-    (OpenRLHF's own composition, as in ``openrlhf.cli.train_ppo_ray.train``), or their CPU
-    stand-ins when ``settings.device == "cpu"``."""
-    from openrlhf.trainer.ray.launcher import RayActorGroup
+class Workers:
+    """Where the OpenRLHF backend's Ray workers come from: OpenRLHF's own composition (as in
+    ``openrlhf.cli.train_ppo_ray.train``): vLLM engines and the actor, reference and critic groups
+    on DeepSpeed, on the GPUs of the allocation.
 
-    nodes, gpn = args.actor.num_nodes, args.actor.num_gpus_per_node
-    use_ref = args.algo.kl.init_coef > 0
-    if settings.device == "cpu":
+    The trainer takes another ``Workers`` through ``OpenRLHFTrainer(cfg, workers=...)``: workers
+    with the same remote interfaces (the test suite's CPU stand-ins, ``tests/openrlhf_cpu_workers.py``),
+    with no switch in the product.
+    """
 
-        engines = [ray.remote(num_cpus=0)(cpu.HFRolloutEngine).remote(model_path)
-                   for _ in range(args.vllm.num_engines)]
+    def resolve(self, settings: OpenRLHFSettings, *, needs_ref: bool = True,
+                needs_critic: bool = False) -> OpenRLHFSettings:
+        """The resource layout with every ``0``/``auto`` filled in and checked
+        (:meth:`.settings.OpenRLHFSettings.resolved`). Raises ValueError for a layout that does
+        not fit the GPUs."""
+        return settings.resolved(needs_ref=needs_ref, needs_critic=needs_critic)
 
-        def group(cls):
-            return RayActorGroup(1, 1, ray.remote(num_cpus=0)(cls), pg=None, num_gpus_per_actor=0)
+    def ray_resources(self) -> dict[str, Any]:
+        """Resources of a Ray cluster the trainer starts itself (``{}``: Ray detects them)."""
+        return {}
 
-        actor = group(cpu.CPUModelActor)
-        ref = group(cpu.CPUReferenceActor) if use_ref else None
-        critic = group(cpu.CPUCriticActor) if args.critic.model_name_or_path else None
-        sampling = cpu.cpu_sampling_params
-        dp = 1
-    else:
+    def worker_env(self) -> dict[str, str]:
+        """Environment variables the Ray workers need beyond :func:`.cluster.worker_runtime_env`'s."""
+        return {}
+
+    def build(self, args, strategy, settings: OpenRLHFSettings, model_path: str, max_steps: int) -> Stack:
+        """Create and initialise the engines and model groups of one run.
+
+        Args:
+            args: OpenRLHF's parsed arguments (:func:`.args.parse_openrlhf_args`).
+            strategy: OpenRLHF's DeepSpeed strategy.
+            settings: the resolved layout.
+            model_path: the starting model folder.
+            max_steps: optimizer steps of the run (sizes the schedulers).
+        """
         from openrlhf.trainer.ray import create_vllm_engines
-        from openrlhf.trainer.ray.launcher import ReferenceModelActor
+        from openrlhf.trainer.ray.launcher import RayActorGroup, ReferenceModelActor
         from openrlhf.trainer.ray.ppo_actor import PolicyModelActor
         from openrlhf.trainer.ray.ppo_critic import CriticModelActor
         from ray.util.placement_group import placement_group
 
+        nodes, gpn = args.actor.num_nodes, args.actor.num_gpus_per_node
         pg = None
         if args.train.colocate_all or args.train.colocate_actor_ref:
             pg = placement_group([{"GPU": 1, "CPU": 1} for _ in range(nodes * gpn)], strategy="PACK")
@@ -206,21 +223,27 @@ def build_stack(args, strategy, settings: OpenRLHFSettings, model_path: str, max
         share = 0.2 if pg else 1
         actor = RayActorGroup(nodes, gpn, PolicyModelActor, pg=pg, num_gpus_per_actor=share)
         ref = (RayActorGroup(args.ref.num_nodes, args.ref.num_gpus_per_node, ReferenceModelActor, pg=pg,
-                             num_gpus_per_actor=share) if use_ref else None)
+                             num_gpus_per_actor=share) if args.algo.kl.init_coef > 0 else None)
         critic = None
         if args.critic.model_name_or_path:
             cpg = pg if args.train.colocate_all else None
             critic = RayActorGroup(args.critic.num_nodes, args.critic.num_gpus_per_node, CriticModelActor,
                                    pg=cpg, num_gpus_per_actor=0.2 if cpg else 1)
-        sampling = vllm_sampling_params
-        dp = nodes * gpn
-    refs = actor.async_init_model_from_pretrained(strategy, model_path, max_steps, engines)
-    if ref is not None:
-        refs.extend(ref.async_init_model_from_pretrained(strategy, model_path))
-    ray.get(refs)
-    if critic is not None:  # the critic's scheduler is sized after the actor's (OpenRLHF's order)
-        ray.get(critic.async_init_model_from_pretrained(strategy, model_path, max_steps))
-    return Stack(engines=engines, actor=actor, reference=ref, critic=critic, sampling_params=sampling, dp_ranks=dp)
+        return self.initialise(Stack(engines=engines, actor=actor, reference=ref, critic=critic,
+                                     sampling_params=vllm_sampling_params, dp_ranks=nodes * gpn),
+                               strategy, model_path, max_steps)
+
+    @staticmethod
+    def initialise(stack: Stack, strategy, model_path: str, max_steps: int) -> Stack:
+        """Load the starting model into every group of ``stack`` (the critic after the actor: its
+        scheduler is sized after the actor's, OpenRLHF's order); returns ``stack``."""
+        refs = stack.actor.async_init_model_from_pretrained(strategy, model_path, max_steps, stack.engines)
+        if stack.reference is not None:
+            refs.extend(stack.reference.async_init_model_from_pretrained(strategy, model_path))
+        ray.get(refs)
+        if stack.critic is not None:
+            ray.get(stack.critic.async_init_model_from_pretrained(strategy, model_path, max_steps))
+        return stack
 
 
 class OpenRLHFTrainer:
@@ -230,22 +253,23 @@ class OpenRLHFTrainer:
         cfg: the RunConfig (``backend=openrlhf``).
         console: rich console for progress lines (optional).
         settings: the resource layout (default :func:`.settings.load_settings`).
+        pictures: draws the tracker pictures (:class:`g2po_bench.core.tracking.RunPictures`; optional).
+        workers: where the Ray workers come from (default :class:`Workers`: OpenRLHF's on GPUs).
     """
 
-    def __init__(self, cfg: RunConfig, console=None, settings: OpenRLHFSettings | None = None):
+    def __init__(self, cfg: RunConfig, console=None, settings: OpenRLHFSettings | None = None,
+                 pictures: RunPictures | None = None, workers: Workers | None = None):
         self.cfg = cfg
+        self.workers = workers if workers is not None else Workers()
         self.console = console
         self.settings = settings if settings is not None else load_settings(cfg)
-        self.run = RunDir(Path(cfg.output_dir) / resolve_run_id(cfg)).create()
+        self.lifecycle = RunLifecycle(cfg, backend="openrlhf", console=console, log=self.log, truncation_log=self.log,
+                                      write_checkpoint=self._write_checkpoint, pictures=pictures)
+        self.run: RunDir = self.lifecycle.run
+        self.progress = self.lifecycle.progress
         self.ckpt_root = self.run.root / "checkpoints" / "openrlhf"
         self.bench = get_benchmark(cfg.env.name)
-        self.eval_history: list[dict[str, Any]] = []
-        # eval.at_train_temperature: {"before": EVAL, "final": EVAL} at train.temperature
-        self.train_temperature_evals: dict[str, dict[str, Any]] = {}
-        self.start_iteration = 1
         self.global_step = 0
-        self.metrics_t0 = time.time()
-        self.truncation = TruncationWarnings(cfg.train.max_prompt_tokens, log=self.log)
 
     def log(self, msg: str) -> None:
         if self.console is not None:
@@ -255,43 +279,53 @@ class OpenRLHFTrainer:
 
     # ------------------------------------------------------------------ main
     def run_training(self) -> RunDir:
-        cfg = self.cfg
+        """The whole run under the lifecycle's signal policy (on node rank 0; other ranks of a
+        multi-node allocation join the head's Ray cluster instead); returns the run folder."""
         alloc = read_allocation()
         if alloc.multi_node and not alloc.is_head:
             # plain Slurm (srun on every node): this rank only lends its GPUs to the head's cluster
             self.log(f"node rank {alloc.node_rank}: joining the Ray head at {alloc.address}")
             join_as_worker(alloc, wait_s=self.settings.node_wait_s)
             return self.run
-        settings = self.settings.resolved(needs_ref=cfg.train.kl_coef > 0, needs_critic=needs_critic(cfg))
-        total = cfg.train.iterations
-        atomic_write_text(self.run.config_path, config_to_yaml(cfg))
+        return self.lifecycle.run_guarded(lambda: self._run_head(alloc))
+
+    def _run_head(self, alloc) -> RunDir:
+        cfg = self.cfg
+        lc = self.lifecycle
+        settings = self.workers.resolve(self.settings, needs_ref=cfg.train.kl_coef > 0, needs_critic=needs_critic(cfg))
+        lc.start()
         atomic_write_json(self.run.root / "openrlhf.json", {
             "settings": settings.as_dict(), "allocation": dataclasses.asdict(alloc)})
-        self.run.write_status("running", 0, total)
-        train_tasks, panel = load_task_splits(cfg, self.bench)
-        rl_pool = rl_tasks(cfg, train_tasks)  # fails here, before any work, if it is empty
         try:
+            with self.progress.phase("loading tasks", key="tasks"):
+                train_tasks, panel = load_task_splits(cfg, self.bench)
+                rl_pool = rl_tasks(cfg, train_tasks)  # fails here, before any work, if it is empty
             # environment workers are forked before Ray starts threads in this process
             with EnvPool(cfg.env.name, cfg.env, cfg.env.num_workers) as pool:
                 model_path = self._starting_model(pool, train_tasks)
                 self.tokenizer = load_tokenizer(model_path)
                 resuming = bool(cfg.resume and (self.ckpt_root / "_actor").exists())
-                cpu = settings.device == "cpu"
                 with RayCluster(alloc, address=settings.ray_address, node_wait_s=settings.node_wait_s,
-                                num_cpus=max(2, os.cpu_count() or 2) if cpu else None, num_gpus=0 if cpu else None,
-                                runtime_env=worker_runtime_env(_extra_worker_env()), log=self.log):
-                    self._setup(settings, str(model_path), resuming)
-                    if not self._resume():
-                        ev = self._evaluate(pool, panel, 0)
-                        self.log(f"evaluation before RL: success {ev['success_rate']:.1%} on "
-                                 f"{ev['num_episodes']} episodes")
-                        self._evaluate_at_train_temperature(pool, panel, 0, "before")
-                    self._loop(pool, rl_pool, panel)
+                                runtime_env=worker_runtime_env({**_extra_worker_env(), **self.workers.worker_env()}),
+                                log=self.log, **self.workers.ray_resources()):
+                    # a stop checkpoints the last complete iteration here, while the workers are up
+                    with lc.checkpoint_on_stop():
+                        with self.progress.phase("OpenRLHF workers", key="workers"):
+                            self._setup(settings, str(model_path), resuming)
+                        if not self._resume():
+                            lc.fresh_start()
+                            ev = self._evaluate(pool, panel, 0)
+                            self.log(f"evaluation before RL: success {ev['success_rate']:.1%} on "
+                                     f"{ev['num_episodes']} episodes")
+                            self._evaluate_at_train_temperature(pool, panel, 0, "before")
+                        lc.begin_training()
+                        self._loop(pool, rl_pool, panel)
+        except ShutdownRequested:
+            raise  # handled by RunLifecycle.run_guarded: not a failure
         except BaseException as exc:
-            self.run.write_status("failed", self.start_iteration - 1, total, error=f"{type(exc).__name__}: {exc}")
+            lc.fail(exc)
             raise
-        self.run.write_status("done", total, total)
-        return self.run
+        return lc.finish()
 
     def _starting_model(self, pool: EnvPool, train_tasks) -> Path:
         """The starting policy (also the KL reference): ``model.path`` when it needs no warm
@@ -306,8 +340,7 @@ class OpenRLHFTrainer:
         local = LocalTrainer(dataclasses.replace(cfg, resume=False), console=self.console)
         t0 = time.time()
         stats = local._setup_model(pool, train_tasks)
-        if stats:
-            atomic_write_json(self.run.root / "setup.json", {**stats, "setup_seconds": time.time() - t0})
+        self.lifecycle.write_setup(stats, t0)
         del local
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -325,9 +358,9 @@ class OpenRLHFTrainer:
             self.log(f"OpenRLHF: {m}")
         strategy = get_strategy(self.args)
         t0 = time.time()
-        self.stack = build_stack(self.args, strategy, settings, model_path, _max_steps(self.args, cfg))
+        self.stack = self.workers.build(self.args, strategy, settings, model_path, _max_steps(self.args, cfg))
         self.log(f"OpenRLHF workers ready in {time.time() - t0:.0f} s: {settings.vllm_num_engines} vLLM engine(s), "
-                 f"actor on {self.stack.dp_ranks} rank(s), device {settings.device}")
+                 f"actor on {self.stack.dp_ranks} rank(s)")
         self.trainer = StepPPOTrainer(strategy, self.stack.actor, self.stack.critic, self.stack.reference,
                                       self.stack.engines, self.tokenizer, cfg=cfg, dp_ranks=self.stack.dp_ranks)
         self.policy = EnginePolicy(self.stack.engines, self.tokenizer, max_prompt_tokens=cfg.train.max_prompt_tokens,
@@ -350,20 +383,18 @@ class OpenRLHFTrainer:
     # ------------------------------------------------------------------ loop
     def _loop(self, pool: EnvPool, train_tasks, panel) -> None:
         cfg = self.cfg
+        lc = self.lifecycle
         total = cfg.train.iterations
-        for it in range(self.start_iteration, total + 1):
-            rec = self._iteration(pool, train_tasks, it)
+        for it in range(lc.start_iteration, total + 1):
+            check_stop()
+            with self.progress.phase(f"RL iteration {it}/{total}", key="RL iterations", announce=False):
+                rec = self._iteration(pool, train_tasks, it)
             if cfg.eval.every and it % cfg.eval.every == 0 or it == total:
                 rec.update(eval_metrics(self._evaluate(pool, panel, it)))
             if it == total:
                 self._evaluate_at_train_temperature(pool, panel, it, "final")
-            rec["time_s"] = time.time() - self.metrics_t0
-            self.run.log_metrics(rec)
-            if it % cfg.train.checkpoint_every == 0 or it == total:
-                self._save_checkpoint(it)
-            self.run.write_status("running" if it < total else "done", it, total)
-            self.log(_summary(rec, total))
-            self.start_iteration = it + 1
+            lc.console_line(_summary(rec, total))
+            lc.end_iteration(rec)
 
     def _iteration(self, pool: EnvPool, train_tasks, it: int) -> dict[str, Any]:
         cfg = self.cfg
@@ -371,8 +402,11 @@ class OpenRLHFTrainer:
         with self._awake():
             rb = training_rollouts(cfg, self.policy, pool, self.bench, train_tasks, it)
         t_roll = time.time()
+        check_stop()  # a stop requested during the rollouts abandons the iteration here
+        self.lifecycle.update_started()  # the update changes the actor: no longer the state of iteration it-1
         status, self.global_step = self.trainer.train_on_rollouts(rb, self.global_step)
-        result = self.trainer.experience_maker.result
+        maker = self.trainer.experience_maker
+        result = maker.result
         rec: dict[str, Any] = {
             "iteration": it,
             "iter_s": time.time() - t0,
@@ -388,63 +422,54 @@ class OpenRLHFTrainer:
         for k, v in status.items():  # the local backend's names where the quantity is the same
             if k != "samples":
                 rec[_METRIC_NAMES.get(k, f"openrlhf/{k}")] = v
-        self.truncation.observe(rec, it)
+        if result is not None:
+            rec.update(self.lifecycle.record_step_table(rb, result, it, maker.values))
+        self.lifecycle.truncation.observe(rec, it)
         return rec
 
     # ------------------------------------------------------------------ evaluation
     def _evaluate(self, pool: EnvPool, panel, iteration: int) -> dict[str, Any]:
-        with self._awake():
+        n = len(panel) * self.cfg.eval.episodes_per_task
+        with self.progress.phase(f"evaluation at iteration {iteration} ({n} episodes)", key="evaluation"), \
+                self._awake():
             ev = evaluate_panel(self.cfg, self.policy, pool, self.bench, panel, iteration)
-        self.truncation.observe(eval_metrics(ev), iteration)
-        self.eval_history = record_evaluation(self.eval_history, ev)
-        self._write_eval()
-        return ev
+        return self.lifecycle.record_evaluation(ev)
 
     def _evaluate_at_train_temperature(self, pool: EnvPool, panel, iteration: int, which: str) -> None:
         """``eval.at_train_temperature``: the panel at ``train.temperature`` (same evaluation seed),
         recorded as ``eval.json`` ``at_train_temperature[which]`` ("before" or "final"), as the
         local backend does."""
-        if not train_temperature_eval_due(self.cfg, self.train_temperature_evals, which, iteration):
+        lc = self.lifecycle
+        if not train_temperature_eval_due(self.cfg, lc.train_temperature_evals, which, iteration):
             return
-        with self._awake():
+        with self.progress.phase(f"evaluation at the training temperature, iteration {iteration}",
+                                 key="evaluation"), self._awake():
             ev = evaluate_panel(at_train_temperature(self.cfg), self.policy, pool, self.bench, panel, iteration)
-        self.train_temperature_evals[which] = ev
-        self._write_eval()
+        lc.record_train_temperature_evaluation(which, ev)
         self.log(f"held-out success at the training temperature {self.cfg.train.temperature:g} ({which}): "
                  f"{ev['success_rate']:.1%} on {ev['num_episodes']} episodes")
 
-    def _write_eval(self) -> None:
-        atomic_write_json(self.run.eval_path, eval_record(self.cfg, self.eval_history, self.train_temperature_evals))
-
     # ------------------------------------------------------------------ checkpoints
-    def _save_checkpoint(self, it: int) -> None:
-        """DeepSpeed checkpoints of the actor (and critic) with the trainer state as client
-        state (what ``resume`` loads), then ``checkpoints/latest/{policy, trainer_state.json}``
-        (the HF export, for ``g2po eval`` and the sweeps launcher) replaced atomically."""
+    def _write_checkpoint(self, staging: Path, it: int, trainer_state: dict[str, Any]) -> dict[str, Any]:
+        """The OpenRLHF part of a checkpoint (:data:`.lifecycle.CheckpointWriter`): DeepSpeed
+        checkpoints of the actor (and critic) with the trainer state as client state (what
+        ``resume`` loads), and the actor's HF export as ``policy/`` (for ``g2po eval`` and the
+        sweeps launcher)."""
         tag = f"iter{it}"
-        state = {"g2po_iteration": it, "global_step": self.global_step, "eval_history": self.eval_history,
-                 "train_temperature_evals": self.train_temperature_evals, "elapsed_s": time.time() - self.metrics_t0}
+        state = {"g2po_iteration": it, "global_step": self.global_step,
+                 "eval_history": trainer_state["eval_history"],
+                 "train_temperature_evals": trainer_state["train_temperature_evals"],
+                 "elapsed_s": trainer_state["elapsed_s"]}
         refs = self.stack.actor.async_run_method("save_checkpoint", tag=tag, client_states=state)
         if self.stack.critic is not None:
             refs.extend(self.stack.critic.async_run_method("save_checkpoint", tag=tag))
         ray.get(refs)
-        staging = self.run.checkpoint_dir.with_name(f".latest.{os.getpid()}.tmp")
-        if staging.exists():
-            shutil.rmtree(staging)
-        staging.mkdir(parents=True)
         hf = self.ckpt_root / f"{tag}_hf"
         if hf.exists():
             os.replace(hf, staging / "policy")
-            marker = self.run.root / "reference" / "g2po_tiny.json"
-            if marker.exists():
-                shutil.copy(marker, staging / "policy" / "g2po_tiny.json")
-        (staging / "trainer_state.json").write_text(json.dumps({
-            "iteration": it, "eval_history": self.eval_history,
-            "train_temperature_evals": self.train_temperature_evals, "elapsed_s": state["elapsed_s"],
-            "backend": "openrlhf", "deepspeed_checkpoint": str(self.ckpt_root), "tag": tag}))
-        self.run.replace_dir(staging, self.run.checkpoint_dir)
         for old in self.ckpt_root.glob("iter*_hf"):
             shutil.rmtree(old, ignore_errors=True)
+        return {"backend": "openrlhf", "deepspeed_checkpoint": str(self.ckpt_root), "tag": tag}
 
     def _resume(self) -> bool:
         """Continue from the DeepSpeed checkpoint's client state; False when starting fresh."""
@@ -453,17 +478,9 @@ class OpenRLHFTrainer:
         state = ray.get(self.stack.actor.async_run_method("get_checkpoint_states"))[0] or {}
         if "g2po_iteration" not in state:
             return False
-        it = int(state["g2po_iteration"])
-        self.start_iteration = it + 1
-        self.global_step = int(state.get("global_step", it))
-        self.eval_history = list(state.get("eval_history", []))
-        self.train_temperature_evals = dict(state.get("train_temperature_evals", {}))
-        self.metrics_t0 = time.time() - float(state.get("elapsed_s", 0.0))
-        self.run.truncate_metrics(it)
-        if self.eval_history:
-            self._write_eval()
+        self.global_step = int(state.get("global_step", state["g2po_iteration"]))
+        self.lifecycle.resume({**state, "iteration": int(state["g2po_iteration"])})
         self.trainer.broadcast_to_vllm()  # the engines start from the base weights
-        self.log(f"resumed from the checkpoint of iteration {it}")
         return True
 
 
@@ -477,7 +494,7 @@ logged as ``openrlhf/<key>``."""
 
 
 def _extra_worker_env() -> dict[str, str]:
-    # variables the workers need beyond worker_runtime_env's defaults (e.g. a CPU dry run's PYTHONPATH)
+    # the suite's own and NCCL's/vLLM's variables of this process, passed on to the workers
     return {k: v for k, v in os.environ.items() if k.startswith(("G2PO_", "NCCL_", "VLLM_"))}
 
 
@@ -495,6 +512,11 @@ def _summary(rec: dict[str, Any], total: int) -> str:
     return msg
 
 
-def train(cfg: RunConfig, console=None) -> RunDir:
-    """Run the OpenRLHF backend on ``cfg``; returns the run folder."""
-    return OpenRLHFTrainer(cfg, console=console).run_training()
+def train(cfg: RunConfig, console=None, pictures: RunPictures | None = None) -> RunDir:
+    """Run the OpenRLHF backend on ``cfg``; returns the run folder.
+
+    Raises:
+        g2po_bench.benchmarks.shutdown.Interrupted: stopped by SIGTERM/SIGINT/the preemption
+            signal (status 128 + signal; the run folder says ``interrupted``), as on the local backend.
+    """
+    return OpenRLHFTrainer(cfg, console=console, pictures=pictures).run_training()

@@ -1,11 +1,12 @@
-"""CPU stand-ins for OpenRLHF's GPU workers, with the same remote interfaces.
+"""Test support: CPU stand-ins for OpenRLHF's GPU workers, with the same remote interfaces.
 
-``openrlhf.device=cpu`` (``G2PO_OPENRLHF_DEVICE=cpu``) runs the backend's whole orchestration
-(Ray cluster, OpenRLHF ``RayActorGroup`` dispatch, ``RemoteExperienceMaker.make_experience``,
-the suite's rollout engine and advantages, weight sync after each update, checkpoints) with
-these classes in place of OpenRLHF's DeepSpeed and vLLM actors:
+:class:`openrlhf_cpu_workers.CPUWorkers` (a :class:`g2po_bench.algorithms.backends.openrlhf.trainer.Workers`,
+injected into ``OpenRLHFTrainer(cfg, workers=CPUWorkers())``) runs the backend's whole orchestration (Ray
+cluster, OpenRLHF ``RayActorGroup`` dispatch, ``RemoteExperienceMaker.make_experience``, the
+suite's rollout engine and advantages, weight sync after each update, checkpoints) with these
+classes in place of OpenRLHF's DeepSpeed and vLLM actors:
 
-- :class:`~.cpu_engine.HFRolloutEngine`: OpenRLHF's ``RolloutRayActor.generate(prompt_token_ids,
+- :class:`openrlhf_cpu_engine.HFRolloutEngine`: OpenRLHF's ``RolloutRayActor.generate(prompt_token_ids,
   sampling_params)`` on a transformers model (returns a vLLM-``RequestOutput``-shaped object),
   plus ``load_weights`` for the weight sync and no-op ``sleep``/``wake_up`` (no OpenRLHF import).
 - :class:`CPUModelActor`: a subclass of OpenRLHF's ``BaseModelActor`` with the methods the
@@ -15,9 +16,9 @@ these classes in place of OpenRLHF's DeepSpeed and vLLM actors:
   update uses OpenRLHF's ``PolicyLoss``, ``ValueLoss``, ``compute_approx_kl`` and
   ``aggregate_loss`` with torch's AdamW instead of a DeepSpeed engine.
 
-It exists for the test-suite and for dry runs of the orchestration on a machine without a GPU;
-it is not a way to train on a CPU (``backend=local`` is). Both classes are importable by module
-path, so Ray workers on any node can load them (the project must be importable there).
+It exists for the test suite; it is not a way to train on a CPU (``backend=local`` is). The
+classes are importable by module path from ``tests/`` (``CPUWorkers.worker_env`` puts that folder
+on the Ray workers' PYTHONPATH); this module imports no more than the actors need.
 """
 
 from __future__ import annotations
@@ -29,15 +30,14 @@ from pathlib import Path
 
 import torch
 from openrlhf.trainer.ray.launcher import BaseModelActor
+from openrlhf_cpu_engine import HFRolloutEngine, cpu_sampling_params
 
-from g2po_bench.algorithms.backends.openrlhf.cpu_engine import HFRolloutEngine, cpu_sampling_params
+from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
 
 __all__ = ["HFRolloutEngine", "CPUModelActor", "CPUReferenceActor", "CPUCriticActor", "cpu_sampling_params"]
 
 
 def _load(path: str | os.PathLike):
-    from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
-
     return load_model_and_tokenizer(path, dtype="float32", device="cpu")
 
 

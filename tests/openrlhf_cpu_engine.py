@@ -1,6 +1,7 @@
-"""A CPU stand-in for OpenRLHF's vLLM rollout engine (``RolloutRayActor``), same interface.
+"""Test support: a CPU stand-in for OpenRLHF's vLLM rollout engine (``RolloutRayActor``), same
+interface.
 
-See :mod:`g2po_bench.algorithms.backends.openrlhf.cpu`. Imports only torch and transformers, so engine
+See ``tests/openrlhf_standins.py``. Imports only torch and transformers (no OpenRLHF), so engine
 workers start quickly.
 """
 
@@ -10,6 +11,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
+
+from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
 
 __all__ = ["HFRolloutEngine", "cpu_sampling_params"]
 
@@ -28,8 +31,6 @@ class HFRolloutEngine:
     """
 
     def __init__(self, model_path: str, num_threads: int = 1):
-        from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
-
         torch.set_num_threads(max(1, num_threads))
         self.model, self.tokenizer = load_model_and_tokenizer(model_path, dtype="float32", device="cpu")
         self.model.eval()
