@@ -293,31 +293,39 @@ def value_loss(
     returns: torch.Tensor,
     mask: torch.Tensor | None = None,
     *,
-    value_clip: float | None = 0.2,
+    value_clip: float | None = 0.5,
     clip: float | None = None,
+    loss_agg_mode: str = "token-mean",
     return_metrics: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, dict[str, float]]:
-    """Clipped value loss (PPO style)::
+    """The clipped value loss of the reference critic (verl's ``compute_value_loss`` as the G2PO
+    repository ships it, ``verl/trainer/ppo/core_algos.py``; the critic aggregates with the
+    actor's ``loss_agg_mode``)::
 
-        v_clip = old_v + clip(v - old_v, -value_clip, value_clip)
-        loss   = 0.5 * token_mean( max((v - R)^2, (v_clip - R)^2) )
+        v_clip = min(max(v, old_v - value_clip), old_v + value_clip)   (verl ``clip_by_value``)
+        loss   = aggregate( max((v - R)^2, (v_clip - R)^2), mask, loss_agg_mode )
+
+    There is no factor 1/2 (that reference has none). ``v_clip`` is ``v`` itself wherever ``v`` is
+    inside the range (not ``old_v + clamp(v - old_v)``, which can differ from ``v`` by a rounding
+    error), so the clip fraction counts only values that were really clipped.
 
     Args:
-        values: (B,) per-step critic values (turn-level critic) or (B, L) per token, float.
+        values: (B, L) per-token critic values, or (B,) one per step (taken as (B, 1)), float.
         old_values: same shape, the critic at rollout time.
         returns: same shape, the targets (e.g. ``AdvantageResult.returns``).
         mask: same shape bool, or None (every entry counts).
-        value_clip: clip range (None: unclipped loss 0.5 * (v - R)^2).
+        value_clip: clip range (reference ``critic.cliprange_value`` 0.5; None: unclipped (v - R)^2).
         clip: alias of ``value_clip`` (the trainer's keyword); wins when given.
+        loss_agg_mode: one of :data:`LOSS_AGG_MODES` (:func:`aggregate`).
         return_metrics: also return the metrics dict.
 
     Returns:
         The 0-dim loss tensor, or ``(loss, metrics)`` with ``return_metrics=True``; metrics:
-        ``vf_loss``, ``vf_clip_frac`` (fraction of entries where the clipped error is the
-        larger one), ``value_mean``.
+        ``vf_loss``, ``vf_clip_frac`` (masked token mean of ``(v_clip - R)^2 > (v - R)^2``, the
+        reference's ``vf_clipfrac``), ``value_mean`` (masked token mean of v).
 
     Raises:
-        ValueError: shape mismatch.
+        ValueError: shape mismatch or unknown aggregation mode.
     """
     if clip is not None:
         value_clip = clip
@@ -325,16 +333,18 @@ def value_loss(
     if mask is None:
         mask = torch.ones_like(values, dtype=torch.bool)
     _check_same_shape(values=values, mask=mask)
+    if values.dim() == 1:
+        values, old_values, returns, mask = (x[:, None] for x in (values, old_values, returns, mask))
     err = (values - returns).square()
     if value_clip is None:
         per = err
         clip_active = torch.zeros_like(err, dtype=torch.bool)
     else:
-        v_clip = old_values + torch.clamp(values - old_values, -value_clip, value_clip)
+        v_clip = torch.minimum(torch.maximum(values, old_values - value_clip), old_values + value_clip)
         err_clip = (v_clip - returns).square()
         per = torch.maximum(err, err_clip)
         clip_active = err_clip > err
-    loss = 0.5 * masked_token_mean(per, mask)
+    loss = aggregate(per, mask, loss_agg_mode)
     if not return_metrics:
         return loss
     with torch.no_grad():

@@ -124,7 +124,8 @@ def stratified_bootstrap_ci(
 
 
 # ---------------------------------------------------------------------------- frames
-_RUN_ID_COLUMNS = ("run_id", "model_size", "method_label", "method", "variant", "env", "seed", "in_progress")
+_RUN_ID_COLUMNS = ("run_id", "model_size", "method_label", "method", "variant", "env", "seed", "in_progress",
+                   "short_run")
 
 
 def metrics_long(runs: pd.DataFrame, which: str = "final") -> pd.DataFrame:
@@ -136,7 +137,8 @@ def metrics_long(runs: pd.DataFrame, which: str = "final") -> pd.DataFrame:
 
     Returns:
         DataFrame with columns ``run_id, model_size, method_label, method, variant, env, seed,
-        in_progress, metric, value``. ``metric`` names follow :mod:`g2po_bench.analysis.reference`
+        in_progress, short_run, metric, value`` (``short_run`` False where ``runs`` has no such
+        column, :func:`g2po_bench.analysis.load.mark_short_runs`). ``metric`` names follow :mod:`g2po_bench.analysis.reference`
         (ALFWorld: ``success_all`` and ``success_<pick|look|clean|heat|cool|pick2>``; other
         envs: ``<env>_success`` and ``<env>_score``). Success rates are converted from
         fractions to % (x 100); scores are taken as logged (WebShop: mean reward x 100). The
@@ -150,6 +152,7 @@ def metrics_long(runs: pd.DataFrame, which: str = "final") -> pd.DataFrame:
     out: list[dict] = []
     for _, r in runs.iterrows():
         base = {c: r.get(c) for c in _RUN_ID_COLUMNS}
+        base["short_run"] = bool(base["short_run"]) if base["short_run"] is not None else False
         env = str(r.get("env"))
         succ_name, score_name = env_metric_names(env)
 
@@ -180,12 +183,13 @@ def aggregate_metrics(
 
     Returns:
         One row per group of ``by`` with columns ``*by, n, mean, std, ci_low, ci_high, iqm,
-        in_progress`` (True if any run of the cell is still running), ``seeds`` (sorted
+        in_progress`` (True if any run of the cell is still running), ``short_run`` (True if any
+        run of the cell is short), ``seeds`` (sorted
         comma-separated seeds), ``run_ids`` (comma-separated). ``std``/``ci_*`` are NaN for
         one run.
     """
     by = list(by)
-    cols = by + ["n", "mean", "std", "ci_low", "ci_high", "iqm", "in_progress", "seeds", "run_ids"]
+    cols = by + ["n", "mean", "std", "ci_low", "ci_high", "iqm", "in_progress", "short_run", "seeds", "run_ids"]
     if long is None or len(long) == 0:
         return pd.DataFrame(columns=cols)
     rows = []
@@ -206,6 +210,7 @@ def aggregate_metrics(
                 "ci_high": hi,
                 "iqm": iqm(finite) if finite.size else math.nan,
                 "in_progress": bool(grp["in_progress"].astype(bool).any()) if "in_progress" in grp else False,
+                "short_run": bool(grp["short_run"].astype(bool).any()) if "short_run" in grp else False,
                 "seeds": ",".join(str(s) for s in seeds),
                 "run_ids": ",".join(str(x) for x in grp["run_id"]) if "run_id" in grp else "",
             }
@@ -229,11 +234,11 @@ def aggregate_iqm(
     then runs missing any remaining task are dropped (both counted in the output).
 
     Returns:
-        Columns ``*by, runs, tasks, iqm, ci_low, ci_high, mean, in_progress`` (``mean`` is the
-        plain mean of the same matrix, for comparison).
+        Columns ``*by, runs, tasks, iqm, ci_low, ci_high, mean, in_progress, short_run`` (``mean``
+        is the plain mean of the same matrix, for comparison).
     """
     by = list(by)
-    cols = by + ["runs", "tasks", "iqm", "ci_low", "ci_high", "mean", "in_progress"]
+    cols = by + ["runs", "tasks", "iqm", "ci_low", "ci_high", "mean", "in_progress", "short_run"]
     if long is None or len(long) == 0:
         return pd.DataFrame(columns=cols)
     sub = long[long["metric"].isin(list(metrics))]
@@ -256,6 +261,7 @@ def aggregate_iqm(
                 "ci_high": hi,
                 "mean": float(arr.mean()),
                 "in_progress": bool(grp["in_progress"].astype(bool).any()),
+                "short_run": bool(grp["short_run"].astype(bool).any()) if "short_run" in grp else False,
             }
         )
     return pd.DataFrame.from_records(rows, columns=cols)

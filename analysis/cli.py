@@ -26,7 +26,8 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
     """Add the report arguments to ``parser`` and return it.
 
     Arguments: ``results_dir`` (positional), ``--out`` (default ``RESULTS_DIR/report``),
-    ``--which`` (final | best), ``--n-boot``, ``--seed``, ``--confidence``, ``--no-figures``.
+    ``--which`` (final | best), ``--n-boot``, ``--seed``, ``--confidence``, ``--no-figures``,
+    ``--min-iterations``.
     """
     parser.add_argument("results_dir", help="folder with run folders (searched recursively), e.g. results/runs")
     parser.add_argument("--out", default=None, help="output folder for report.md, tables and figures (default: RESULTS_DIR/report)")
@@ -35,6 +36,10 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: 0)")
     parser.add_argument("--confidence", type=float, default=0.95, help="confidence level of the intervals (default: 0.95)")
     parser.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
+    parser.add_argument("--min-iterations", type=int, default=None,
+                        help="a training run with fewer RL iterations, or fewer than the longest run of its environment "
+                             "and model size in the report, is marked short (†) and listed (default: the CPU default's "
+                             "train.iterations)")
     return parser
 
 
@@ -50,6 +55,9 @@ def run_report(args: argparse.Namespace) -> int:
         return 2
     if args.n_boot < 1 or not 0 < args.confidence < 1:
         print("error: --n-boot must be >= 1 and --confidence in (0, 1)", file=sys.stderr)
+        return 2
+    if getattr(args, "min_iterations", None) is not None and args.min_iterations < 0:
+        print("error: --min-iterations must be >= 0", file=sys.stderr)
         return 2
     # lazy: the report draws with matplotlib (about 1 s to import); `g2po --help` must not wait for it
     from g2po_bench.analysis.report import build_report
@@ -69,6 +77,7 @@ def run_report(args: argparse.Namespace) -> int:
             seed=args.seed,
             confidence=args.confidence,
             figures=not args.no_figures,
+            min_iterations=getattr(args, "min_iterations", None),
         )
     except (FileNotFoundError, DuplicateRunsError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -84,6 +84,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -98,7 +99,8 @@ from g2po_bench.analysis.naming import (
 from g2po_bench.core.crashes import CRASHED_HEAVY_FRACTION, crashed_heavy_iterations
 from g2po_bench.core.rundir import RunDir, machine_label
 
-__all__ = ["RunProblem", "LoadedRuns", "DuplicateRunsError", "load_runs", "find_run_dirs", "IDENTITY_COLUMNS"]
+__all__ = ["RunProblem", "LoadedRuns", "DuplicateRunsError", "load_runs", "find_run_dirs", "IDENTITY_COLUMNS",
+           "mark_short_runs"]
 
 RUN_FILES = ("config.yaml", "metrics.jsonl", "eval.json", "status.json")
 IDENTITY_COLUMNS = (
@@ -229,6 +231,43 @@ def load_runs(
 
 
 # ---------------------------------------------------------------------------- one run
+def mark_short_runs(runs: pd.DataFrame, min_iterations: int) -> pd.DataFrame:
+    """``runs`` with ``iterations`` (RL iterations of a training run: ``status.total_iterations``,
+    else ``train.iterations``; NaN for a baseline) and ``short_run`` (bool) columns.
+
+    A training run is *short* when it has fewer RL iterations than ``min_iterations`` or than the
+    longest training run of the same environment and model size in ``runs``: its numbers stand in
+    a table beside longer runs (or the published ones) but measure less training. The report marks
+    the cells that include one with "†" and lists them.
+
+    Args:
+        runs: ``LoadedRuns.runs``.
+        min_iterations: the length below which any training run is short (``g2po report
+            --min-iterations``; default the CPU default's ``train.iterations``).
+    """
+    out = runs.copy()
+    if out.empty:
+        out["iterations"] = pd.Series(dtype=float)
+        out["short_run"] = pd.Series(dtype=bool)
+        return out
+
+    def planned(r: pd.Series) -> float:
+        if r.get("kind") != "train":
+            return math.nan
+        for key in ("status.total_iterations", "train.iterations"):
+            v = r.get(key)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                return float(v)
+        return math.nan
+
+    out["iterations"] = out.apply(planned, axis=1).astype(float)
+    longest = out.groupby(["env", "model_size"], dropna=False)["iterations"].transform("max")
+    bar = np.maximum(longest.fillna(0.0).to_numpy(dtype=float), float(min_iterations))
+    its = out["iterations"].to_numpy(dtype=float)
+    out["short_run"] = np.isfinite(its) & (its < bar)
+    return out
+
+
 def _load_one(
     path: Path, run_id: str, problems: list[RunProblem], override: dict[str, Any] | None
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]], list[dict[str, Any]]]:

@@ -25,6 +25,7 @@ Command line: ``python -m analysis RESULTS_DIR --out DIR`` (or ``g2po report`` o
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -42,12 +43,17 @@ from g2po_bench.analysis.aggregate import (
     metrics_long,
 )
 from g2po_bench.analysis.graph_cli import report_state_graphs
-from g2po_bench.analysis.load import LoadedRuns, load_runs
+from g2po_bench.analysis.load import LoadedRuns, load_runs, mark_short_runs
 from g2po_bench.analysis.naming import method_sort_key, model_size_sort_key
 from g2po_bench.analysis.reference import load_reference
 from g2po_bench.analysis.tables import MISSING, TABLE1, TABLE2, Table, build_table, format_ours
+from g2po_bench.core.config import TrainConfig
 
-__all__ = ["ReportResult", "build_report"]
+__all__ = ["ReportResult", "build_report", "DEFAULT_MIN_ITERATIONS"]
+
+#: runs with fewer RL iterations are *short* in the report (``--min-iterations``): the CPU
+#: default's ``train.iterations``
+DEFAULT_MIN_ITERATIONS = int(TrainConfig.iterations)
 
 
 class ReportResult:
@@ -72,6 +78,7 @@ def build_report(
     confidence: float = 0.95,
     figures: bool = True,
     column_overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    min_iterations: int | None = None,
 ) -> ReportResult:
     """Write ``report.md`` (and the files listed in the module docstring); returns the frames,
     tables and figures with the report's path.
@@ -84,6 +91,9 @@ def build_report(
         n_boot, seed, confidence: bootstrap settings.
         figures: False skips the PNG figures (faster).
         column_overrides: passed to :func:`g2po_bench.analysis.load.load_runs`.
+        min_iterations: a training run with fewer RL iterations (or fewer than the longest run of
+            its environment and model size here) is *short*: "†" on its cells, listed under "What is
+            missing" (:func:`g2po_bench.analysis.load.mark_short_runs`); None = :data:`DEFAULT_MIN_ITERATIONS`.
 
     Raises:
         ValueError: ``which`` is neither "final" nor "best".
@@ -96,6 +106,8 @@ def build_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     loaded = load_runs(results_dir, column_overrides=column_overrides)
+    min_iterations = DEFAULT_MIN_ITERATIONS if min_iterations is None else int(min_iterations)
+    loaded.runs = mark_short_runs(loaded.runs, min_iterations)
     long = metrics_long(loaded.runs, which=which)
     cells = aggregate_metrics(long, confidence=confidence, n_boot=n_boot, seed=seed)
     iqm_df = aggregate_iqm(long, confidence=confidence, n_boot=n_boot, seed=seed)
@@ -144,7 +156,7 @@ def build_report(
         graphs = report_state_graphs(loaded.runs, fig_dir)
 
     text = _render(results_dir, out, loaded, cells, iqm_df, tables, figs, which, confidence, n_boot, seed, figures,
-                   improvement, graphs, improvement_t, differences)
+                   improvement, graphs, improvement_t, differences, min_iterations)
     path = out / "report.md"
     path.write_text(text, encoding="utf-8")
     return ReportResult(path, loaded, cells, tables, figs)
@@ -194,7 +206,8 @@ def _ci_section(cells: pd.DataFrame, confidence: float) -> str:
                 "Method": r["method_label"],
                 "Metric": r["metric"],
                 "n": int(r["n"]),
-                "Mean ± std": format_ours(r["mean"], r["std"], r["n"], bool(r["in_progress"])),
+                "Mean ± std": format_ours(r["mean"], r["std"], r["n"], bool(r["in_progress"]),
+                                         short_run=bool(r.get("short_run", False))),
                 f"{int(round(confidence * 100))} % CI": ci,
                 "Seeds": r["seeds"] or MISSING,
             }
@@ -215,7 +228,7 @@ def _iqm_section(iqm_df: pd.DataFrame, confidence: float) -> str:
         recs.append(
             {
                 "Model": r["model_size"],
-                "Method": r["method_label"] + ("*" if r["in_progress"] else ""),
+                "Method": r["method_label"] + ("*" if r["in_progress"] else "") + ("†" if r.get("short_run") else ""),
                 "Runs": int(r["runs"]),
                 "Task types": int(r["tasks"]),
                 "IQM (%)": _fmt(r["iqm"]),
@@ -308,6 +321,7 @@ def _render(
     graphs: tuple[list, list] = ([], []),
     improvement_t: pd.DataFrame | None = None,
     differences: dict[bool, pd.DataFrame] | None = None,
+    min_iterations: int | None = None,
 ) -> str:
     runs = loaded.runs
     n_runs = len(runs)
@@ -324,7 +338,9 @@ def _render(
         "Legend: ours = mean ± std over seeds (std with ddof = 1; \"n/a\" with one seed), success in %, "
         "WebShop score = mean reward × 100; ref. = published value (`results/reference`); "
         "Δ = ours − ref. in points; \"≈\" = derived published value; \"unknown\" = not available in the "
-        f"transcriptions; {MISSING} = no run / nothing published (never 0); * = includes runs still in progress. "
+        f"transcriptions; {MISSING} = no run / nothing published (never 0); * = includes runs still in progress; "
+        f"† = includes a short run (fewer RL iterations than {min_iterations or DEFAULT_MIN_ITERATIONS} or than the "
+        "longest run of its environment and model size here; listed under What is missing). "
         "The published RL baseline rows are from GiGPO's Table 1 (150 iterations); G2PO trained 100.",
         "",
     ]
@@ -430,6 +446,17 @@ def _render(
         for _, r in runs[runs["in_progress"]].iterrows():
             it, tot = r.get("status.iteration"), r.get("status.total_iterations")
             md.append(f"- `{r['run_id']}`: iteration {it}/{tot}, latest evaluation at iteration {_fmt(r.get('final.iteration'), 0)} ({r.get('final.source')})")
+    else:
+        md.append("- none")
+    md += ["", "### Short runs (included, marked †)", ""]
+    short = runs[runs["short_run"].astype(bool)] if n_runs and "short_run" in runs else runs.iloc[0:0]
+    if len(short):
+        longest = runs[runs["kind"] == "train"].groupby(["env", "model_size"], dropna=False)["iterations"].max()
+        for _, r in short.iterrows():
+            top = longest.get((r["env"], r["model_size"]), math.nan)
+            md.append(f"- `{r['run_id']}`: {_fmt(r['iterations'], 0)} RL iterations (minimum "
+                      f"{min_iterations or DEFAULT_MIN_ITERATIONS}; longest {r['env']} {r['model_size']} run here: "
+                      f"{_fmt(top, 0)})")
     else:
         md.append("- none")
     md += ["", "### Warnings", ""]

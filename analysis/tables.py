@@ -109,12 +109,14 @@ def _finite(x: Any) -> bool:
         return False
 
 
-def format_ours(mean: Any, std: Any, n: Any, in_progress: bool = False, digits: int = 1) -> str:
-    """"m ± s", "m ± n/a" (one seed), "—" (no run); "*" appended for runs in progress."""
+def format_ours(mean: Any, std: Any, n: Any, in_progress: bool = False, digits: int = 1,
+                short_run: bool = False) -> str:
+    """"m ± s", "m ± n/a" (one seed), "—" (no run); "*" appended for runs in progress, "†" for a
+    cell that includes a short run (:func:`g2po_bench.analysis.load.mark_short_runs`)."""
     if not _finite(mean) or not _finite(n) or int(n) == 0:
         return MISSING
     s = f"{float(std):.{digits}f}" if _finite(std) else "n/a"
-    return f"{float(mean):.{digits}f} ± {s}" + ("*" if in_progress else "")
+    return f"{float(mean):.{digits}f} ± {s}" + ("*" if in_progress else "") + ("†" if short_run else "")
 
 
 def format_ref(mean: Any, std: Any, status: Any, digits: int = 1) -> str:
@@ -142,7 +144,7 @@ class Table:
     """A built table.
 
     ``cells``: one row per (model_size, method, metric) with columns ``model_size, method,
-    label, metric, n, mean, std, ci_low, ci_high, in_progress, ref_method, ref_mean, ref_std,
+    label, metric, n, mean, std, ci_low, ci_high, in_progress, short_run, ref_method, ref_mean, ref_std,
     ref_status, ref_std_status, ref_source, diff`` (numbers; NaN where missing).
     ``rows``: the (model_size, method) rows in display order.
     """
@@ -187,7 +189,8 @@ class Table:
             rec: dict[str, str] = {"Model": size, "Method": method, "Seeds": self._seeds(size, method)}
             for label, metric in self.spec.columns:
                 c = self._cell(size, method, metric) or {}
-                rec[label] = format_ours(c.get("mean"), c.get("std"), c.get("n"), bool(c.get("in_progress")), self.digits)
+                rec[label] = format_ours(c.get("mean"), c.get("std"), c.get("n"), bool(c.get("in_progress")), self.digits,
+                                         short_run=bool(c.get("short_run")))
                 if self.with_reference:
                     rec[f"{label} ref."] = format_ref(c.get("ref_mean"), c.get("ref_std"), c.get("ref_status"), self.digits)
                     rec[f"{label} Δ"] = format_diff(c.get("diff"), c.get("ref_status"), self.digits)
@@ -378,6 +381,7 @@ def build_table(
                     "ci_low": float(o["ci_low"]) if o is not None else math.nan,
                     "ci_high": float(o["ci_high"]) if o is not None else math.nan,
                     "in_progress": bool(o["in_progress"]) if o is not None else False,
+                    "short_run": bool(o.get("short_run", False)) if o is not None else False,
                     "ref_method": rm if rr is not None else "",
                     "ref_mean": ref_mean,
                     "ref_std": float(rr["std"]) if rr is not None and _finite(rr["std"]) else math.nan,
@@ -389,7 +393,7 @@ def build_table(
             )
     cols = [
         "model_size", "method", "label", "metric", "n", "mean", "std", "ci_low", "ci_high",
-        "in_progress", "ref_method", "ref_mean", "ref_std", "ref_status", "ref_std_status",
+        "in_progress", "short_run", "ref_method", "ref_mean", "ref_std", "ref_status", "ref_std_status",
         "ref_source", "diff",
     ]  # fmt: skip
     cells_df = pd.DataFrame.from_records(recs, columns=cols)

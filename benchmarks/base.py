@@ -48,6 +48,10 @@ class Benchmark(ABC):
         action_tag: the tag of an action in a response, ``"action"`` or ``"code"`` (AppWorld),
             for the prompting baselines' ReAct format.
         agent_intro: the prompting baselines' opening sentence: what the environment is.
+        episode_score_default: the score of an episode that ends without the environment
+            reporting one (WebShop: 0.0, an episode that never buys, as the reference scores every
+            episode); None (the default): the environment reports no score (ALFWorld). The rollout
+            engine gives it to such episodes, so an evaluation's score counts every episode.
         expert_detour, expert_stall, expert_mistake: plan editors for the warm start's
             demonstrations (:func:`g2po_bench.benchmarks.demos.collect_demonstrations`), or None
             when the benchmark has none (signatures: ALFWorld's functions of the same names).
@@ -58,6 +62,7 @@ class Benchmark(ABC):
     projection: ClassVar[str]
     prompt_styles: ClassVar[tuple[str, ...]] = ("reference",)
     action_tag: ClassVar[str] = "action"
+    episode_score_default: ClassVar[float | None] = None
     agent_intro: ClassVar[str] = ("You are an agent in a text environment. You solve a task by taking actions "
                                   "one step at a time.")
     expert_detour: ClassVar[Callable[..., list[str]] | None] = None

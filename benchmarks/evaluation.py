@@ -33,6 +33,26 @@ def _ci(values: list[float]) -> list[float] | None:
     return [lo, hi]
 
 
+def _episode_scores(benchmark: Benchmark, trajs: Sequence[dict[str, Any]]) -> list[float] | None:
+    """The score of every episode (a trajectory without one gets the benchmark's
+    ``episode_score_default``), or None when the environment reports no score at all.
+
+    Raises:
+        ValueError: some episodes carry a score and others none, and the benchmark declares no
+            ``episode_score_default`` (a mean over the scored ones alone would leave the others out).
+    """
+    default = benchmark.episode_score_default
+    scores = [t["score"] if t["score"] is not None else default for t in trajs]
+    missing = sum(s is None for s in scores)
+    if missing == len(scores):
+        return None
+    if missing:
+        raise ValueError(f"{missing} of {len(scores)} episodes carry no score and benchmark "
+                         f"{benchmark.name} declares no episode_score_default: the mean score must count "
+                         "every episode (g2po_bench.benchmarks.base.Benchmark)")
+    return [float(s) for s in scores]
+
+
 def select_panel(tasks: Sequence[Task], num_tasks: int) -> list[Task]:
     """Pick ``num_tasks`` tasks (0 = all) round-robin across task types, in sorted order.
 
@@ -89,13 +109,16 @@ def evaluate(
         EVAL dict: ``iteration, success_rate`` (fraction), ``success_ci`` ([low, high], the 95 %
         percentile-bootstrap interval over episodes, :func:`g2po_bench.core.stats.bootstrap_ci`),
         ``per_task_type`` (fractions), ``per_task_type_ci`` ({type: [low, high]}),
-        ``num_episodes, score`` (mean task score, WebShop: reward x 100; None where the
+        ``num_episodes, score`` (mean task score over **every** episode, WebShop: reward x 100 with
+        0 for an episode that never buys, the benchmark's ``episode_score_default``; None where the
         environment reports none; a benchmark's ``episode_set_score(trajectories)`` when it has one),
+        ``episode_scores`` (one score per episode in panel order, where the environment reports
+        scores),
         ``mean_steps, invalid_frac``, ``truncated_prompts`` (number of
         steps whose prompt was cut to the policy's ``max_prompt_tokens``), ``truncated_responses``
         (fraction of steps whose response was cut at ``max_new_tokens``), and ``episodes``: one
         ``[task_id, success (0/1)]`` pair per episode in panel order (paired comparisons of two
-        evaluations of the same panel).
+        evaluations of the same panel), and ``panel_size`` (tasks in the panel).
     """
     trajs: list[dict[str, Any]] = []
     invalid = 0
@@ -117,7 +140,8 @@ def evaluate(
         cut_responses += int(rb.response_truncated.sum())
         if on_progress is not None:
             on_progress(len(trajs), len(panel) * episodes_per_task)
-    scores = [t["score"] for t in trajs if t["score"] is not None]
+    episode_scores = _episode_scores(benchmark, trajs)
+    scores = episode_scores or []
     wins = [float(t["success"]) for t in trajs]
     by_type: dict[str, list[float]] = {}
     for t in trajs:
@@ -132,7 +156,9 @@ def evaluate(
         "per_task_type": success_by_task_type(trajs),
         "per_task_type_ci": {k: _ci(v) for k, v in sorted(by_type.items())},
         "episodes": [[t["task_id"], int(t["success"])] for t in trajs],
+        **({"episode_scores": episode_scores} if episode_scores is not None else {}),
         "num_episodes": len(trajs),
+        "panel_size": len(panel),
         "score": float(np.mean(scores)) if scores else None,
         "mean_steps": float(np.mean([t["num_steps"] for t in trajs])) if trajs else 0.0,
         "invalid_frac": invalid / steps if steps else 0.0,

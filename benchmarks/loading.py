@@ -4,7 +4,10 @@
   (a game, a product, a goal, a task) with the reason; an item is named once per process.
 - :class:`SplitTooSmallError`: a split holds fewer items than its manifest records or than its
   definition needs (a WebShop split cut short by a small catalogue); raised, never a silently
-  smaller split. :class:`SmallPanelWarning`: fewer tasks than ``eval.num_tasks`` (the default
+  smaller split.
+- :func:`check_split_count`: a split whose size differs from the published one (ALFWorld's
+  official splits): a :class:`SplitCountWarning` naming the items left out, or for an evaluation
+  split a :class:`SplitCountError` unless the run accepts it (``env.allow_incomplete_eval_split``). :class:`SmallPanelWarning`: fewer tasks than ``eval.num_tasks`` (the default
   may exceed a small split, so a warning, not an error).
 
 What a benchmark leaves out *by its definition* (ALFWorld's ``movable``/``Sliced`` task folders
@@ -19,7 +22,8 @@ from collections.abc import Iterable
 
 from g2po_bench.core.errors import DataError
 
-__all__ = ["DataLoadWarning", "SmallPanelWarning", "SplitTooSmallError", "warn_skipped", "require_at_least"]
+__all__ = ["DataLoadWarning", "SmallPanelWarning", "SplitTooSmallError", "SplitCountWarning", "SplitCountError",
+           "warn_skipped", "require_at_least", "check_split_count"]
 
 _NAMED: set[tuple[str, str]] = set()
 
@@ -35,6 +39,16 @@ class SmallPanelWarning(UserWarning):
 class SplitTooSmallError(DataError, ValueError):
     """A split has fewer items than its manifest records or the config asks for; the message
     says how many were expected, how many load, and what to do."""
+
+
+class SplitCountWarning(DataLoadWarning):
+    """A split holds another number of items than its published size; the message says how many
+    and names the items the loader left out."""
+
+
+class SplitCountError(DataError, ValueError):
+    """An evaluation split holds another number of items than its published size (the panel would
+    not be the published one); the message names the items left out and the key that accepts it."""
 
 
 def warn_skipped(what: str, where: str, skipped: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -73,3 +87,35 @@ def require_at_least(have: int, expected: int, what: str, fix: str) -> None:
     """
     if have < expected:
         raise SplitTooSmallError(f"{what}: only {have} load, {expected} expected; {fix}")
+
+
+def check_split_count(have: int, expected: int, what: str, left_out: Iterable[tuple[str, str]], *,
+                      strict: bool, accept: str, noun: str = "items") -> None:
+    """Compare a split's size with its published one.
+
+    Args:
+        have: items that loaded; expected: the published count.
+        what: the split, e.g. ``"ALFWorld split 'valid_seen' of /data/alfworld"``.
+        left_out: ``(item name, reason)`` of the items the loader left out (all are named).
+        strict: raise instead of warning (an evaluation split).
+        accept: the setting that turns the error into the warning, e.g.
+            ``"env.allow_incomplete_eval_split=true"``.
+        noun: what the items are, plural (``"games"``).
+
+    Raises:
+        SplitCountError: ``strict`` and ``have != expected``.
+
+    Warns:
+        SplitCountWarning: not ``strict`` and ``have != expected``.
+    """
+    if have == expected:
+        return
+    items = list(left_out)
+    named = "; ".join(f"{name} ({reason})" for name, reason in items)
+    diff = (f"{expected - have} fewer" if have < expected else f"{have - expected} more")
+    msg = (f"{what} holds {have} {noun}, the published split {expected} ({diff}); "
+           + (f"the loader left out {len(items)}: {named}" if items else "the loader left out none of them")
+           + ". Results on it are not comparable with results on the published split")
+    if strict:
+        raise SplitCountError(f"{msg}. Get the complete split, or set {accept} to evaluate on it anyway")
+    warnings.warn(msg, SplitCountWarning, stacklevel=3)

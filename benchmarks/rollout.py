@@ -12,8 +12,9 @@ next episode).
 
 Rewards follow the reference setting: the final step of a successful episode gets
 ``success_reward`` (10), every other step 0; an environment that reports a task score
-(WebShop: ``info["score"]`` = purchase reward x 100) has it kept as the trajectory's ``score``
-(None elsewhere).
+(WebShop: ``info["score"]`` = purchase reward x 100) has it kept as the trajectory's ``score``;
+an episode that ends without one gets the benchmark's ``episode_score_default`` (WebShop: 0, a
+non-buyer; None where the environment reports no score, :class:`g2po_bench.benchmarks.base.Benchmark`).
 """
 
 from __future__ import annotations
@@ -177,7 +178,7 @@ def collect_rollouts(
     active = [not obs[i].done for i in range(n_env)]
     crashed = [bool(obs[i].info.get("crashed")) for i in range(n_env)]
     won = [False] * n_env
-    score: list[float | None] = [None] * n_env
+    score: list[float | None] = [benchmark.episode_score_default] * n_env
     n_steps = [0] * n_env
     invalid = [0] * n_env
     cut_responses = [0] * n_env
@@ -224,7 +225,8 @@ def collect_rollouts(
                 crashed[i] = True
             if o.done:
                 won[i] = bool(o.won)
-                score[i] = float(o.info["score"]) if "score" in o.info else None
+                if "score" in o.info:
+                    score[i] = float(o.info["score"])
             if done:
                 active[i] = False
 

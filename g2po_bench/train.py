@@ -208,7 +208,7 @@ def run_eval(cfg: RunConfig, run_dir: str | Path | None = None, console=None, *,
         "kind": "evaluation", "env": cfg.env.name, "model": str(model_path),
         "run": str(Path(run_dir).resolve()) if run_dir is not None else None,
         "checkpoint_iteration": checkpoint_iteration, "overrides": list(overrides or []),
-        "panel": {"split": cfg.env.eval_split, "num_tasks": cfg.eval.num_tasks,
+        "panel": {"split": cfg.env.eval_split, "num_tasks": cfg.eval.num_tasks, "size": len(panel),
                   "episodes_per_task": cfg.eval.episodes_per_task, "temperature": cfg.eval.temperature},
         "code": code_version(), "history": [ev], "before": ev, "final": ev, "best": ev,
     })

@@ -140,3 +140,40 @@ def test_caches_do_not_change_the_game(tasks):
     assert play(cached_env, actions)[0] == plain  # second reset: translation served from the cache
     cached_env.close()
     assert len(actions) >= 10
+
+
+def test_closed_engines_hand_their_library_on_and_mappings_stay_bounded(tasks):
+    """Issue 39, item 6 (AgentGym issue 62): every engine built and closed in one process left
+    its own fast-downward library copy mapped (12 engines: 12 copies, RSS 83 -> 120 MB). A closed
+    engine now hands its copy to the next one: after 3 engines open at once and 12 more built,
+    played and closed one after the other, at most 3 more copies are mapped (read from
+    /proc/self/maps), and a game played on a reused copy gives the same transcript as on a new one."""
+    from g2po_bench.benchmarks.alfworld.engine import mapped_downward_libs
+
+    if not Path("/proc/self/maps").exists():
+        pytest.skip("needs /proc/self/maps")
+    small = sorted(tasks, key=lambda t: Path(t.payload).stat().st_size)[:2]
+
+    def play(e: AlfworldEnv, task: Task) -> list[tuple]:
+        o = e.reset(task)
+        out = [(o.text, tuple(o.admissible_actions))]
+        for a in expert_actions(task):
+            o = e.step(a)
+            out.append((o.text, tuple(o.admissible_actions), o.reward, o.done))
+        return out
+
+    uninstall_caches()  # an empty pool: the first engines below load new copies
+    install_caches()
+    before = mapped_downward_libs()
+    together = [AlfworldEnv() for _ in range(3)]
+    fresh = [play(e, t) for e, t in zip(together, [small[0], small[1], small[0]])]
+    assert fresh[0][-1][-1] is True and fresh[1][-1][-1] is True  # the walkthroughs win
+    assert mapped_downward_libs() == before + 3
+    for e in together:
+        e.close()
+    for i in range(12):
+        e = AlfworldEnv()
+        # the reused copy last held the other game (or the same one): same transcript as a new copy
+        assert play(e, small[i % 2]) == fresh[i % 2]
+        e.close()
+    assert mapped_downward_libs() <= before + 3

@@ -87,10 +87,12 @@ def test_report_end_to_end(tmp_path):
         assert heading in text, heading
     # tables are in the report, with ours beside the reference
     assert "| Model | Method | Seeds | Pick | Pick ref. | Pick Δ |" in text
-    assert "| tiny | GRPO | 2 | 40.0 ± 0.0 | — | — |" in text
+    # the synthetic runs train 4 iterations: short (†) against the default minimum, listed
+    assert "| tiny | GRPO | 2 | 40.0 ± 0.0† | — | — |" in text
     assert "| 1.5B | GRPO | — | — | 85.3 ± 1.5 | — |" in text
+    assert "- `grpo-s0`: 4 RL iterations (minimum 54; longest alfworld tiny run here: 4)" in text
     # the in-progress run counts, flagged
-    assert "| tiny | G2PO | 3 | 50.0 ± 17.3* |" in text
+    assert "| tiny | G2PO | 3 | 50.0 ± 17.3*† |" in text
     assert "`g2po-s2-running`: iteration 3/4" in text
     # the broken run is listed as skipped with its reason
     assert "`broken`: config.yaml does not parse" in text
@@ -196,3 +198,31 @@ def test_report_says_which_commit_and_machine_made_each_run(tmp_path):
     runs = pd.read_csv(tmp_path / "out" / "runs.csv").set_index("run_id")
     assert runs.loc["g2po-s0", "code.commit"] == "b" * 40 and bool(runs.loc["g2po-s0", "code.dirty"])
     assert runs.loc["grpo-s1", "machine"] == label and pd.isna(runs.loc["g2po-s1", "machine"])
+
+
+def test_a_short_run_is_flagged_in_the_tables_and_listed(tmp_path):
+    """Issue 39, item 8: a 1-iteration run entered the report tables like a full one. A training
+    run with fewer RL iterations than --min-iterations (default: the CPU default's 54) or than the
+    longest run of its environment and model size in the report is marked † and listed."""
+    root = tmp_path / "runs"
+    for seed in (0, 1):
+        write_synthetic_run(root / f"grpo-s{seed}", algorithm="grpo", seed=seed, iterations=54,
+                            final=make_eval(54, 0.4, alf(0.4)))
+    write_synthetic_run(root / "g2po-s0", algorithm="g2po", seed=0, iterations=54, final=make_eval(54, 0.6, alf(0.6)))
+    write_synthetic_run(root / "g2po-s1", algorithm="g2po", seed=1, iterations=1, final=make_eval(1, 0.2, alf(0.2)))
+    res = build_report(root, tmp_path / "out", n_boot=200, figures=False)
+    text = res.report_path.read_text(encoding="utf-8")
+    assert "| tiny | GRPO | 2 | 40.0 ± 0.0 | — | — |" in text  # 54 iterations: not short
+    assert "| tiny | G2PO | 2 | 40.0 ± 28.3† |" in text  # includes the 1-iteration run
+    assert "- `g2po-s1`: 1 RL iterations (minimum 54; longest alfworld tiny run here: 54)" in text
+    assert "† = includes a short run" in text
+    runs = res.loaded.runs.set_index("run_id")
+    assert runs.loc["g2po-s1", "short_run"] and not runs.loc["g2po-s0", "short_run"]
+    assert runs.loc["g2po-s1", "iterations"] == 1
+    cell = res.tables["table1"].cells
+    ours = cell[(cell["model_size"] == "tiny") & (cell["metric"] == "success_all")].set_index("method")["short_run"]
+    assert ours.to_dict() == {"GRPO": False, "G2PO": True}
+    # shorter than the longest run here, whatever the minimum
+    relaxed = build_report(root, tmp_path / "out2", n_boot=200, figures=False, min_iterations=0)
+    runs = relaxed.loaded.runs.set_index("run_id")
+    assert runs["short_run"].to_dict() == {"grpo-s0": False, "grpo-s1": False, "g2po-s0": False, "g2po-s1": True}

@@ -82,6 +82,29 @@ def test_string_overrides_keep_their_text_even_when_yaml_reads_a_boolean():
     assert load_config(None, ["run_id=123"]).run_id == "123"
 
 
+def test_keys_added_at_their_default_keep_the_committed_run_ids():
+    """config.HASH_NEUTRAL_DEFAULTS: a key added after runs were committed does not enter the hash
+    while it holds its default, so each committed cpu_proxy config.yaml still hashes to its folder's
+    name (tests/test_sweep_spec.py checks that the spec plans them); set to another value, each
+    key added for issue 39 does enter the hash."""
+    from pathlib import Path
+
+    from g2po_bench.core.config import HASH_NEUTRAL_DEFAULTS
+
+    root = Path(__file__).resolve().parents[1] / "results" / "proxy" / "sweep" / "runs"
+    committed = sorted(p.name for p in root.iterdir() if p.is_dir())
+    assert "alfworld-g2po-s0-72187f1c7d" in committed and len(committed) == 15
+    for name in committed:
+        cfg = load_config(str(root / name / "config.yaml"))
+        cfg.run_id = None
+        assert resolve_run_id(cfg) == name
+    base = load_config()
+    other = {"env.allow_incomplete_eval_split": "true", "train.mini_batch_split": "balanced"}
+    assert set(other) <= set(HASH_NEUTRAL_DEFAULTS)
+    for key, value in other.items():
+        assert config_hash(load_config(None, [f"{key}={value}"])) != config_hash(base), key
+
+
 def test_a_list_of_strings_is_overridden_as_a_list():
     """``key=[a,b]`` for a ``list[str]`` field is a list (it used to be kept as the text "[a,b]",
     which the schema rejected); a plain ``str`` field still keeps YAML words as text."""

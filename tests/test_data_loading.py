@@ -9,12 +9,19 @@ import warnings
 from pathlib import Path
 
 import pytest
+from conftest import require_shared
 
 from g2po_bench.benchmarks.alfworld import load_tasks as alfworld_tasks
 from g2po_bench.benchmarks.alfworld.games import find_games
 from g2po_bench.benchmarks.alfworld.generate import ensure_generated
 from g2po_bench.benchmarks.evaluation import select_panel
-from g2po_bench.benchmarks.loading import DataLoadWarning, SmallPanelWarning, SplitTooSmallError
+from g2po_bench.benchmarks.loading import (
+    DataLoadWarning,
+    SmallPanelWarning,
+    SplitCountError,
+    SplitCountWarning,
+    SplitTooSmallError,
+)
 from g2po_bench.benchmarks.webshop.catalog import Catalog, resolve_source
 from g2po_bench.benchmarks.webshop.products import load_documents, load_raw_products
 from g2po_bench.core.config import EnvConfig
@@ -82,7 +89,12 @@ def test_alfworld_split_below_its_download_record_is_an_error(tmp_path):
     assert "g2po_download.json records 3 games" in str(err.value) and "only 2 load" in str(err.value)
     assert "g2po data download alfworld" in str(err.value)
     (tmp_path / "g2po_download.json").write_text(json.dumps({"games": {"valid_seen": 2}}))
-    assert len(alfworld_tasks(cfg, "valid_seen")) == 2
+    # 2 of the official 140: accepted only on request (issue 39, item 5), then with a warning
+    with pytest.raises(SplitCountError, match="holds 2 games, the published split 140"):
+        alfworld_tasks(cfg, "valid_seen")
+    accepting = EnvConfig(data_dir=str(tmp_path), allow_incomplete_eval_split=True)
+    with pytest.warns(SplitCountWarning, match="holds 2 games, the published split 140"):
+        assert len(alfworld_tasks(accepting, "valid_seen")) == 2
 
 
 def test_generated_games_below_the_manifest_are_an_error(tmp_path):
@@ -139,3 +151,49 @@ def test_panel_larger_than_the_split_says_so():
         assert [t.task_id for t in select_panel(tasks, 2)] == ["t0", "t1"]
     with pytest.warns(SmallPanelWarning, match="eval.num_tasks=6 but the evaluation split holds 5 tasks"):
         assert len(select_panel(tasks, 6)) == 5  # was silently a panel of 5
+
+
+def _official_valid_seen_with_one_game_lacking_the_solvable_key(tmp_path: Path) -> tuple[Path, str]:
+    """A copy of the official valid_seen split (140 games; task folders linked) in which one game
+    file has lost its "solvable" key, as in an older or partial download."""
+    source = require_shared("alfworld") / "json_2.1.1" / "valid_seen"
+    split = tmp_path / "json_2.1.1" / "valid_seen"
+    split.mkdir(parents=True)
+    tasks = sorted(p for p in source.iterdir() if p.is_dir())
+    for task in tasks[1:]:
+        (split / task.name).symlink_to(task)
+    trial = sorted(p for p in tasks[0].iterdir() if p.is_dir())[0]
+    copy = split / tasks[0].name / trial.name
+    copy.mkdir(parents=True)
+    (copy / "traj_data.json").symlink_to(trial / "traj_data.json")
+    game = json.loads((trial / "game.tw-pddl").read_text())
+    del game["solvable"]
+    (copy / "game.tw-pddl").write_text(json.dumps(game))
+    for other in sorted(p for p in tasks[0].iterdir() if p.is_dir())[1:]:
+        (split / tasks[0].name / other.name).symlink_to(other)
+    return tmp_path, f"valid_seen/{tasks[0].name}/{trial.name}"
+
+
+def test_an_official_split_missing_a_game_warns_naming_it_and_fails_as_the_evaluation_split(tmp_path):
+    """Issue 39, item 5: a game without the "solvable" key (alfworld issue 98) vanished from the
+    split and the evaluation panel without a word. Now: 139 of the official 140 valid_seen games is
+    an error for the evaluation split (naming the game and env.allow_incomplete_eval_split), a
+    warning naming the game when accepted or when the split is not the evaluation split."""
+    root, name = _official_valid_seen_with_one_game_lacking_the_solvable_key(tmp_path)
+    with pytest.raises(SplitCountError) as err:
+        alfworld_tasks(EnvConfig(data_dir=str(root)), "valid_seen")
+    msg = str(err.value)
+    assert "holds 139 games, the published split 140 (1 fewer)" in msg
+    assert f'left out 1: {name} (no "solvable" key)' in msg and "env.allow_incomplete_eval_split=true" in msg
+    for cfg in (EnvConfig(data_dir=str(root), allow_incomplete_eval_split=True),
+                EnvConfig(data_dir=str(root), eval_split="valid_unseen")):
+        with pytest.warns(SplitCountWarning) as rec:
+            tasks = alfworld_tasks(cfg, "valid_seen")
+        assert len(tasks) == 139 and name not in {t.task_id for t in tasks}
+        (w,) = [r for r in rec if r.category is SplitCountWarning]
+        assert f'holds 139 games, the published split 140 (1 fewer); the loader left out 1: {name}' in str(w.message)
+    # the complete split: no warning, no error
+    full = require_shared("alfworld")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SplitCountWarning)
+        assert len(alfworld_tasks(EnvConfig(data_dir=str(full)), "valid_seen")) == 140

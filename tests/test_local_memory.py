@@ -86,8 +86,17 @@ def test_critic_trunk_values_and_fit(model_dir):
     assert v0.shape == (3,) and (v0 == 0).all()  # zero-initialised head
     returns = torch.tensor([1.0, -1.0, 0.5]).numpy()
     before = ((v0 - returns) ** 2).mean()
-    critic.fit(prompts, returns, v0, tok.pad_token_id, clip=10.0, batch_size=3, epochs=20)
+    stats = critic.fit(prompts, returns, v0, tok.pad_token_id, clip=10.0, mini_batch_size=3, micro_batch_size=3,
+                       epochs=20)
     after = ((critic.predict(prompts, tok.pad_token_id) - returns) ** 2).mean()
     assert after < 0.5 * before
+    assert set(stats) == {"loss/value", "loss/value_clip_frac", "loss/value_grad_norm"}
+    # one AdamW step per mini-batch (the reference critic), the micro-batches accumulate: 20 epochs
+    # of one mini-batch of 3 rows, then 2 epochs of 2 mini-batches ([2, 1] fixed) in micro-batches of 1
+    head = critic.head.weight
+    assert int(critic.optimizer.state[head]["step"]) == 20
+    critic.fit(prompts, returns, v0, tok.pad_token_id, clip=0.5, mini_batch_size=2, micro_batch_size=1, epochs=2,
+               response_lengths=[3, 1, 2], loss_agg_mode="seq-mean-token-mean")
+    assert int(critic.optimizer.state[head]["step"]) == 24
     # the policy itself is untouched by critic training (a copy of the trunk)
     assert critic.backbone is not model.base_model

@@ -148,3 +148,62 @@ def test_sampler_old_logprobs_are_refused_on_openrlhf():
     with pytest.raises(ConfigError, match="train.old_logprobs"):
         load_config(None, ["backend=openrlhf", "train.old_logprobs=sampler"])
     assert load_config(None, ["backend=openrlhf"]).train.old_logprobs == "recompute"
+
+
+def test_sampler_gap_monitor_warns_once_naming_the_iteration():
+    """Issue 39, item 7: above the compute dtype's threshold (STALE_SAMPLER_GAP: over the measured
+    rounding noise) the first time only; rounding-noise gaps never warn."""
+    from g2po_bench.algorithms.backends.common import STALE_SAMPLER_GAP, SamplerGapMonitor
+
+    lines: list[str] = []
+    f32 = SamplerGapMonitor("float32", log=lines.append)
+    assert f32.observe({"train/sampler_logprob_gap": 4e-8}, 1) is None  # float32 noise
+    assert f32.observe({"loss/pg_loss": 0.1}, 2) is None  # no gap measured
+    msg = f32.observe({"train/sampler_logprob_gap": 1e-2}, 3)  # one update behind (TRL issue 5312)
+    assert msg is not None and "at iteration 3" in msg and "0.01 > 0.0001" in msg and lines == [msg]
+    assert f32.record == {"iteration": 3, "gap": 1e-2, "threshold": STALE_SAMPLER_GAP["float32"],
+                          "compute_dtype": "float32"}
+    assert f32.observe({"train/sampler_logprob_gap": 2e-2}, 4) is None and len(lines) == 1  # once per run
+    bf16 = SamplerGapMonitor("bfloat16", log=lines.append)
+    assert bf16.observe({"train/sampler_logprob_gap": 7.1e-4}, 1) is None  # the largest bf16 noise measured
+    assert bf16.observe({"train/sampler_logprob_gap": 4.1e-2}, 2) is not None
+    resumed = SamplerGapMonitor("float32", log=lines.append, warned=f32.record)
+    assert resumed.observe({"train/sampler_logprob_gap": 1.0}, 5) is None  # warned before the resume
+
+
+def test_a_sampler_one_update_behind_warns_and_status_records_it(tmp_path, monkeypatch):
+    """A toy run whose sampler keeps the starting weights (never updated): iteration 1 samples with
+    the trainer's weights (gap at rounding level), iteration 2 with weights one update behind; the
+    run warns once, naming iteration 2, and status.json records it."""
+    import copy
+
+    from g2po_bench.algorithms.backends.common import StaleSamplerWarning
+    from g2po_bench.algorithms.backends.local.trainer import LocalTrainer
+    from g2po_bench.core.rundir import read_jsonl
+    from g2po_bench.runconfig import load_config
+    from g2po_bench.train import run_train
+
+    prepare = LocalTrainer._prepare_training
+
+    def stale_sampler(self):
+        prepare(self)
+        self.policy = LocalPolicy(copy.deepcopy(self.model), self.tokenizer,
+                                  max_prompt_tokens=self.cfg.train.max_prompt_tokens)
+
+    monkeypatch.setattr(LocalTrainer, "_prepare_training", stale_sampler)
+    cfg = load_config(None, [
+        "env.name=toy", "env.max_steps=4", "env.num_workers=1", "train.iterations=3", "train.groups_per_batch=2",
+        "train.group_size=3", "train.sft_epochs=1", "train.max_response_tokens=12", "model.hidden_size=32",
+        "model.intermediate_size=64", "model.num_heads=2", "model.vocab_size=300", "eval.num_tasks=2",
+        "eval.every=0", "eval.at_train_temperature=false", "progress=false", f"output_dir={tmp_path / 'runs'}",
+        f"train.warm_start_cache={tmp_path / 'warm_start'}"])
+    with pytest.warns(StaleSamplerWarning) as rec:
+        run = run_train(cfg)
+    stale = [str(r.message) for r in rec if r.category is StaleSamplerWarning]
+    assert len(stale) == 1 and "at iteration 2" in stale[0]
+    gaps = [m["train/sampler_logprob_gap"] for m in read_jsonl(run.metrics_path)]
+    assert gaps[0] < 1e-5 and gaps[1] > 1e-4 and gaps[2] > 1e-4
+    status = json.loads(run.status_path.read_text())
+    assert status["state"] == "done"
+    assert status["warnings"]["stale_sampler"]["iteration"] == 2
+    assert status["warnings"]["stale_sampler"]["gap"] == pytest.approx(gaps[1])

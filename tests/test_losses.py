@@ -83,19 +83,44 @@ def test_entropy_from_logits():
 
 
 def test_value_loss_clipped():
+    # the reference critic's loss (verl compute_value_loss as G2PO ships it): no factor 1/2
     # entry 0: err (1-2)^2 = 1; v_clip = 0 + 0.2 -> (0.2-2)^2 = 3.24 -> 3.24 (clip active)
-    # entry 1: err 0; v_clip = 2.9 + 0.1 = 3.0 -> 0. loss = 0.5 * (3.24 + 0) / 2 = 0.81
+    # entry 1: err 0; v_clip = v = 3.0 (inside [2.7, 3.1]) -> 0. loss = (3.24 + 0) / 2 = 1.62
     v, old, ret = t([1.0, 3.0]), t([0.0, 2.9]), t([2.0, 3.0])
     loss, m = losses.value_loss(v, old, ret, value_clip=0.2, return_metrics=True)
-    assert float(loss) == pytest.approx(0.81, abs=1e-6)
+    assert float(loss) == pytest.approx(1.62, abs=1e-6)
     assert m["vf_clip_frac"] == pytest.approx(0.5)
-    assert float(losses.value_loss(v, old, ret, clip=0.2)) == pytest.approx(0.81, abs=1e-6)
-    # unclipped: 0.5 * (1 + 0) / 2
-    assert float(losses.value_loss(v, old, ret, value_clip=None)) == pytest.approx(0.25, abs=1e-6)
+    assert float(losses.value_loss(v, old, ret, clip=0.2)) == pytest.approx(1.62, abs=1e-6)
+    # unclipped: (1 + 0) / 2
+    assert float(losses.value_loss(v, old, ret, value_clip=None)) == pytest.approx(0.5, abs=1e-6)
     # mask drops entry 0
     assert float(losses.value_loss(v, old, ret, torch.tensor([False, True]))) == pytest.approx(0.0)
     with pytest.raises(ValueError, match="shape"):
         losses.value_loss(v, old, t([1.0]))
+
+
+@pytest.mark.parametrize("mode,expected", [
+    # per-token loss: row 0 = 2.25 on 3 tokens (clipped), row 1 = 1.06^2 = 1.1236 on 1 token
+    ("token-mean", (3 * 2.25 + 1.1236) / 4),
+    ("seq-mean-token-sum", (3 * 2.25 + 1.1236) / 2),
+    ("seq-mean-token-mean", (2.25 + 1.1236) / 2),
+    ("seq-mean-token-sum-norm", (3 * 2.25 + 1.1236) / 3),  # / the padded width 3
+])
+def test_value_loss_aggregates_with_each_mode_on_hand_computed_values(mode, expected):
+    """Issue 39, item 4: the reference critic's loss aggregates with the actor's loss_agg_mode.
+    Row 0 (3 tokens): v = 1, old = 0, R = 2, clip 0.5 -> v_clip = 0.5, max(1, 2.25) = 2.25, clipped.
+    Row 1 (1 token): v = 0.06, old = 0.36, R = -1 -> inside the range, (0.06 + 1)^2 = 1.1236, not
+    clipped: in float32 old + (v - old) = v + 3.7e-9, so computing the clipped value that way made
+    (v_clip - R)^2 exceed (v - R)^2 and counted the row as clipped (clip fraction 1.0, not 0.75)."""
+    v = torch.tensor([[1.0, 1.0, 1.0], [0.06, 0.0, 0.0]])
+    old = torch.tensor([[0.0, 0.0, 0.0], [0.36, 0.0, 0.0]])
+    ret = torch.tensor([[2.0, 2.0, 2.0], [-1.0, 0.0, 0.0]])
+    mask = torch.tensor([[True, True, True], [True, False, False]])
+    assert (old[1, 0] + torch.clamp(v[1, 0] - old[1, 0], -0.5, 0.5)) != v[1, 0]  # the rounding residue
+    loss, m = losses.value_loss(v, old, ret, mask, value_clip=0.5, loss_agg_mode=mode, return_metrics=True)
+    assert float(loss) == pytest.approx(expected, rel=1e-6)
+    assert m["vf_clip_frac"] == pytest.approx(0.75)
+    assert m["value_mean"] == pytest.approx((3.0 + 0.06) / 4)
 
 
 def test_ppo_step_loss_combines_terms_and_accumulates():

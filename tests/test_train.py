@@ -34,6 +34,8 @@ def test_training_writes_a_complete_run_folder(tmp_path, algorithm):
     ev = json.loads(run.eval_path.read_text())
     assert ev["before"]["iteration"] == 0 and ev["final"]["iteration"] == 2
     assert ev["final"]["num_episodes"] == 3
+    # the panel size is recorded (issue 39, item 5): eval.num_tasks=3 of the toy's split
+    assert ev["panel"]["size"] == 3 and ev["final"]["panel_size"] == 3
     assert json.loads(run.status_path.read_text())["state"] == "done"
     assert (run.checkpoint_dir / "policy" / "config.json").exists()
     # the tiny model's marker travels with the checkpoint (env.prompt=auto picks its prompt)
@@ -175,3 +177,30 @@ def test_a_fresh_start_refuses_to_overwrite_a_finished_run(tmp_path):
     again = run_train(cfg)
     assert json.loads(again.status_path.read_text())["state"] == "done"
     assert [m["iteration"] for m in read_jsonl(again.metrics_path)] == [1, 2]
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "grpo"])
+def test_resume_gives_the_same_metrics_as_a_straight_run(tmp_path, algorithm):
+    """Issue 39, item 2: 4 iterations straight and 2 iterations then resume=true to 4 give the same
+    metrics, timings aside. PPO's critic resumes with its AdamW state (its moments and step count
+    were lost before: loss/value differed from iteration 3 on)."""
+    from sweep_support import is_timing_key
+
+    def rows(run):
+        return [{k: v for k, v in m.items() if not is_timing_key(k)} for m in read_jsonl(run.metrics_path)]
+
+    straight = run_train(_cfg(tmp_path / "straight", f"algorithm.name={algorithm}", "train.iterations=4",
+                              "eval.every=0"))
+    first = run_train(_cfg(tmp_path / "resumed", f"algorithm.name={algorithm}", "train.iterations=2",
+                           "eval.every=0"))
+    cfg = _cfg(tmp_path / "resumed", f"algorithm.name={algorithm}", "train.iterations=4", "eval.every=0",
+               "resume=true", f"run_id={first.run_id}")
+    resumed = run_train(cfg)
+    a, b = rows(straight), rows(resumed)
+    assert [m["iteration"] for m in b] == [1, 2, 3, 4]
+    # iteration 2 was the first run's last: it also holds that run's final evaluation
+    no_eval = [{k: v for k, v in m.items() if not k.startswith("eval/")} for m in (a[1], b[1])]
+    assert no_eval[0] == no_eval[1]
+    assert a[0] == b[0] and a[2] == b[2] and a[3] == b[3]
+    if algorithm == "ppo":
+        assert "loss/value" in b[2]

@@ -132,3 +132,58 @@ def test_text_rich_mode_and_raw_state_key_on_the_default(cfg):
     obs = raw.reset(task)
     assert obs.state_key == obs.text
     assert ws.TASK_TYPES == ("webshop",)
+
+
+# --------------------------------------------------------------------------- evaluation score
+class _BuyOrSearchPolicy:
+    """Plays the expert's actions for the goals in ``buyers`` (recognised by the instruction in the
+    prompt, the step by its step counter) and only searches for every other goal."""
+
+    def __init__(self, buyers: dict[str, list[str]]):
+        self.buyers = buyers
+
+    def generate(self, prompts, *, temperature, max_new_tokens, top_p=1.0, seed=None):
+        import re
+
+        from g2po_bench.benchmarks.policy import Generation
+
+        out = []
+        for p in prompts:
+            instruction = re.search(r"Your task is to: (.*)\.\n", p).group(1)
+            taken = re.search(r"already taken (\d+) step", p)
+            t = int(taken.group(1)) if taken else 0
+            plan = self.buyers.get(instruction)
+            action = plan[t] if plan is not None else "search[something else]"
+            out.append(Generation(f"<think>go</think><action>{action}</action>"))
+        return out
+
+
+def test_score_counts_every_episode_a_non_buyer_scores_zero(cfg):
+    """Issue 39, item 1: 6 test goals, the expert buys for 3 and a searching policy plays the
+    other 3 (they never buy): score 50.00 with success 0.5 (the reference scores every episode,
+    a non-buyer as 0), not 100.00 over the buyers only."""
+    from g2po_bench.algorithms.backends.common import rollout_metrics
+    from g2po_bench.benchmarks.evaluation import evaluate
+    from g2po_bench.benchmarks.rollout import collect_rollouts
+    from g2po_bench.benchmarks.workers import EnvPool
+
+    env = ws.make_env(cfg)
+    by_instruction = {}
+    for t in ws.load_tasks(cfg, "test"):
+        by_instruction.setdefault(env.reset(t).instruction, t)
+    tasks = sorted(list(by_instruction.values())[:6], key=lambda t: t.task_id)
+    assert len(tasks) == 6
+    buyers = {env.reset(t).instruction: [a.lower() for a in ws.expert_actions(t)] for t in tasks[:3]}
+    max_steps = max(len(p) for p in buyers.values())
+    with EnvPool("webshop", cfg, num_workers=1) as pool:
+        ev = evaluate(_BuyOrSearchPolicy(buyers), pool, ws.BENCHMARK, tasks, iteration=0, max_steps=max_steps,
+                      temperature=0.4, max_new_tokens=8, seed=0)
+        rb = collect_rollouts(_BuyOrSearchPolicy(buyers), pool, ws.BENCHMARK, tasks, group_size=1,
+                              max_steps=max_steps,
+                              temperature=1.0, max_new_tokens=8, seed=0)
+    # training rollouts and their metrics count every episode the same way
+    assert [t["score"] for t in rb.trajectories] == [100.0] * 3 + [0.0] * 3
+    assert rollout_metrics(rb)["train/score"] == pytest.approx(50.0)
+    assert ev["success_rate"] == 0.5 and ev["num_episodes"] == 6
+    assert ev["score"] == pytest.approx(50.0)
+    assert sorted(ev["episode_scores"]) == [0.0, 0.0, 0.0, 100.0, 100.0, 100.0]

@@ -31,7 +31,7 @@ from g2po_bench.benchmarks.evaluation import evaluate, select_panel
 from g2po_bench.benchmarks.rollout import RolloutBatch, collect_rollouts, success_by_task_type
 from g2po_bench.core.steptable import BASE_COLUMNS, write_step_table
 
-__all__ = ["needs_critic", "estimator_options", "step_advantages", "eval_summary", "eval_record",
+__all__ = ["STALE_SAMPLER_GAP", "StaleSamplerWarning", "SamplerGapMonitor", "needs_critic", "estimator_options", "step_advantages", "eval_summary", "eval_record",
            "at_train_temperature", "train_temperature_eval_due", "load_task_splits",
            "training_rollouts", "evaluate_panel", "record_evaluation", "rollout_metrics", "eval_metrics",
            "step_table_columns", "record_step_table", "ACTION_CHARS", "TruncationWarnings",
@@ -77,12 +77,15 @@ def step_advantages(cfg, rollouts, values: np.ndarray | None = None) -> Advantag
 def eval_summary(cfg, history: list[dict[str, Any]]) -> dict[str, Any]:
     """The ``eval.json`` content for an evaluation ``history`` (EVAL records, oldest first):
     ``before`` is the iteration-0 evaluation, ``final`` the last, ``best`` the highest success
-    (ties: higher score, then earlier iteration)."""
+    (ties: higher score, then earlier iteration). ``panel`` records the split, ``num_tasks`` asked
+    for, ``size`` (tasks in the panel played, from the latest evaluation), episodes per task and
+    temperature."""
     best = max(history, key=lambda e: (e["success_rate"], -np.inf if e.get("score") is None else e["score"],
                                        -e["iteration"]))
     return {
         "env": cfg.env.name,
         "panel": {"split": cfg.env.eval_split, "num_tasks": cfg.eval.num_tasks,
+                  "size": history[-1].get("panel_size"),
                   "episodes_per_task": cfg.eval.episodes_per_task, "temperature": cfg.eval.temperature},
         "history": history,
         "before": next((e for e in history if e["iteration"] == 0), None),
@@ -211,10 +214,15 @@ def rollout_metrics(rb: RolloutBatch) -> dict[str, Any]:
     (tokens), ``train/truncated_prompts`` (this iteration's training steps whose prompt was
     cut to ``train.max_prompt_tokens``: a count per iteration, not a running total),
     ``train/truncated_responses`` (fraction of this iteration's steps whose response was cut
-    at ``train.max_response_tokens``), and the success rate per task type. Both truncation
-    figures come from the rollout (``Generation.info``), so every backend reports them alike."""
+    at ``train.max_response_tokens``), the success rate per task type, and where the environment
+    reports scores ``train/score`` (WebShop: mean reward x 100 over every episode, a non-buyer 0).
+    Both truncation figures come from the rollout (``Generation.info``), so every backend reports
+    them alike."""
     trajs = rb.trajectories
+    scores = [t.get("score") for t in trajs]
+    scored = {"train/score": float(np.mean(scores))} if trajs and all(s is not None for s in scores) else {}
     return {
+        **scored,
         "train/truncated_prompts": rb.truncated_prompts,
         "train/truncated_responses": rb.truncated_response_frac,
         "train/success_rate": rb.success_rate,
@@ -307,6 +315,68 @@ def record_step_table(run_root, cfg, rb: RolloutBatch, res: AdvantageResult, ite
 
 class PromptTruncationWarning(UserWarning):
     """Prompts were longer than ``train.max_prompt_tokens`` and kept only their last tokens."""
+
+
+#: ``train/sampler_logprob_gap`` (mean absolute difference per token between the sampler's own
+#: log-probs and the trainer's old log-probs of the same tokens) above which the sampler is taken
+#: to have drawn from other weights than the trainer's old policy (a stale sampler, TRL issue
+#: 5312), per compute dtype (``model.dtype``). Measured with ``python scripts/sampler_gap.py`` on the
+#: tiny default-size model (hidden 128, 2 layers, vocabulary 1024; 6 prompts x 24 tokens, 4 batches;
+#: 2-core AMD EPYC CPU, torch 2.13):
+#: same weights 1.3e-7 - 2.0e-7 in float32 and 4.7e-4 - 7.1e-4 in bfloat16 (rounding noise); one
+#: update behind, float32: 4.1e-2 - 1.6e-1 at lr 3e-4 (the CPU default), 1.9e-4 - 5.8e-4 at lr 1e-6
+#: (the reference's). The float32 threshold sits 500x above its noise and catches both; the bfloat16
+#: one 7x above the noise measured there (GPU kernels and large models were not measured): a
+#: sampler one update behind at lr 1e-6 (7.5e-4 - 9.1e-4 in bfloat16) is within bfloat16 noise and
+#: cannot be told from it.
+STALE_SAMPLER_GAP = {"float32": 1e-4, "bfloat16": 5e-3}
+
+
+class StaleSamplerWarning(UserWarning):
+    """``train/sampler_logprob_gap`` exceeded :data:`STALE_SAMPLER_GAP`: the sampler's weights
+    differ from the trainer's old policy."""
+
+
+class SamplerGapMonitor:
+    """Warn once per run when ``train/sampler_logprob_gap`` exceeds the threshold of the compute
+    dtype (:data:`STALE_SAMPLER_GAP`), naming the iteration.
+
+    Args:
+        compute_dtype: ``model.dtype`` ("float32" or "bfloat16"; another name uses the bfloat16 one).
+        log: ``log(message)`` (the trainer's console); None issues a :class:`StaleSamplerWarning`.
+        warned: the ``record`` of an earlier warning of this run (a resumed run warns no second time).
+
+    Call :meth:`observe` with each iteration's metrics record; :attr:`record` is then
+    ``{"iteration", "gap", "threshold", "compute_dtype"}`` of the warning (None before), what the
+    run keeps in ``status.json`` ``warnings.stale_sampler``.
+    """
+
+    def __init__(self, compute_dtype: str, log=None, warned: dict[str, Any] | None = None):
+        self.compute_dtype = str(compute_dtype)
+        self.threshold = STALE_SAMPLER_GAP.get(self.compute_dtype, STALE_SAMPLER_GAP["bfloat16"])
+        self.log = log
+        self.record: dict[str, Any] | None = dict(warned) if warned else None
+
+    def observe(self, rec: dict[str, Any], iteration: int) -> str | None:
+        """The warning issued for this record (None when the gap is absent, within the threshold,
+        or the run has warned before)."""
+        gap = rec.get("train/sampler_logprob_gap")
+        if gap is None or self.record is not None or not gap > self.threshold:
+            return None
+        self.record = {"iteration": int(iteration), "gap": float(gap), "threshold": self.threshold,
+                       "compute_dtype": self.compute_dtype}
+        msg = (f"warning: the sampler drew from other weights than the trainer's at iteration {iteration}: "
+               f"train/sampler_logprob_gap {gap:.3g} > {self.threshold:g} (the {self.compute_dtype} rounding noise "
+               "stays below it), so the PPO ratio and the KL are computed against another policy than the one "
+               "that sampled. Check that the sampler's weights are updated after every optimizer step. "
+               "Recorded in status.json warnings.stale_sampler (warned once).")
+        if self.log is not None:
+            self.log(msg)
+        else:
+            import warnings
+
+            warnings.warn(msg, StaleSamplerWarning, stacklevel=2)
+        return msg
 
 
 class TruncationWarnings:

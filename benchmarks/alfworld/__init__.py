@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from g2po_bench.benchmarks.alfworld import engine
 from g2po_bench.benchmarks.alfworld.bench import main as speed_benchmark_main
-from g2po_bench.benchmarks.alfworld.download import download_alfworld
+from g2po_bench.benchmarks.alfworld.download import EXPECTED_SPLITS, download_alfworld
 from g2po_bench.benchmarks.alfworld.env import AlfworldEnv
 from g2po_bench.benchmarks.alfworld.games import (
     SHORT_NAMES,
@@ -31,11 +31,12 @@ from g2po_bench.benchmarks.alfworld.games import (
     available_splits,
     find_games,
     load_walkthrough,
+    scan_games,
 )
 from g2po_bench.benchmarks.alfworld.generate import ensure_generated, generate_games
 from g2po_bench.benchmarks.alfworld.prompt import build_prompt, expert_response, plan_sentence
 from g2po_bench.benchmarks.base import Benchmark
-from g2po_bench.benchmarks.loading import require_at_least
+from g2po_bench.benchmarks.loading import check_split_count, require_at_least
 from g2po_bench.core.config import require
 from g2po_bench.core.protocol import IfAdmissible, Mistake, Task, state_key_rule
 
@@ -99,13 +100,35 @@ def load_tasks(cfg: EnvConfig, split: str) -> list[Task]:
         AlfworldDataError: folder/split missing or no games (the message says what to run).
         g2po_bench.benchmarks.loading.SplitTooSmallError: fewer games load than the folder's manifest
             (generated games) or download record (``g2po data download``) says it holds.
+        g2po_bench.benchmarks.loading.SplitCountError: ``split`` is ``cfg.eval_split``, an official
+            split (``data_dir`` set, no ``task_types`` filter) that loads another number of games
+            than the official count, and ``cfg.allow_incomplete_eval_split`` is false; for any
+            other split a :class:`~g2po_bench.benchmarks.loading.SplitCountWarning` names the games
+            left out instead.
     """
     root = data_root(cfg)
     if cfg.data_dir is None:
         split = GENERATED_SPLIT_ALIASES.get(split, split)
-    tasks = find_games(root, split, cfg.task_types or None)
+    scan = scan_games(root, split, cfg.task_types or None)
+    tasks = scan.tasks
     _check_manifest(root, split, len(tasks), generated=cfg.data_dir is None, filtered=bool(cfg.task_types))
+    if cfg.data_dir is not None and not cfg.task_types:
+        _check_official_count(cfg, root, split, scan)
     return tasks
+
+
+def _check_official_count(cfg: EnvConfig, root: Path, split: str, scan) -> None:
+    """An official split (``download.EXPECTED_SPLITS``: train 3553, valid_seen 140, valid_unseen 134
+    games) that loads another number of games: a warning naming the games left out (not marked
+    solvable, or failing to load), or an error for the run's evaluation split unless
+    ``env.allow_incomplete_eval_split`` (:func:`g2po_bench.benchmarks.loading.check_split_count`)."""
+    expected = EXPECTED_SPLITS.get(split)
+    if expected is None:
+        return
+    strict = split == cfg.eval_split and not getattr(cfg, "allow_incomplete_eval_split", False)
+    check_split_count(len(scan.tasks), expected, f"ALFWorld split {split!r} of {str(root)!r}",
+                      [*scan.left_out, *scan.skipped], strict=strict,
+                      accept="env.allow_incomplete_eval_split=true", noun="games")
 
 
 def _check_manifest(root: Path, split: str, have: int, *, generated: bool, filtered: bool) -> None:

@@ -20,6 +20,18 @@ snippets and conditions with TatSu and deep-copying derivation contexts. With
 takes ~0.08 s and a step ~7.5 ms CPU (official scenes) or ~2.5 ms (generated small scenes);
 loading a new official game still costs ~1 s once.
 
+Library copies: textworld gives every ``PddlEnv`` its own copy of fast-downward's shared library
+(the library keeps the loaded task in globals). A copy cannot be unloaded: it carries
+``STB_GNU_UNIQUE`` symbols, which keep glibc from unmapping it, and forcing ``dlclose`` crashed the
+process at exit here. Without more, every engine built and closed in a process left one more copy
+mapped (12 engines played and closed in one process: 12 copies, RSS 83 -> 120 MB). With
+:func:`install_caches`, :meth:`AlfworldEnv.close <g2po_bench.benchmarks.alfworld.env.AlfworldEnv.close>`
+hands its copy back (:func:`release_downward_lib`) and the next engine of the process takes it
+instead of loading a new one, so a process maps at most as many copies as it ever had engines open
+at the same time (a worker: its slots); every reset loads its task into the library again
+(``load_sas``), so a reused copy plays as a new one. Worker recycling (``env.worker_max_episodes``)
+still bounds what else a worker accumulates.
+
 Pitfalls handled here:
 - ``fast_downward.pddl2sas`` overwrites ``sys.argv`` (it fakes a command line for its option
   parser); the cached wrapper restores it, so pytest/CLI arguments survive.
@@ -50,6 +62,8 @@ __all__ = [
     "ensure_alfworld_data_env",
     "install_caches",
     "uninstall_caches",
+    "release_downward_lib",
+    "mapped_downward_libs",
     "forget_games",
     "load_parsed_game",
     "remember_task_grammar",
@@ -76,6 +90,9 @@ SAS_CACHE_SIZE = int(os.environ.get("G2PO_ALFWORLD_SAS_CACHE", "128"))
 PARSE_CACHE_SIZE = int(os.environ.get("G2PO_ALFWORLD_PARSE_CACHE", "8192"))
 
 _ORIGINALS: dict[str, Any] = {}
+#: fast-downward library copies of closed engines, taken by the next engine of this process
+#: (module docstring "Library copies"; only while :func:`install_caches` is installed)
+_FREE_LIBS: list[Any] = []
 
 #: the memos of :func:`install_caches` that a game's parsed form can be written from
 #: (:func:`save_parsed_game`) and read back into in another process (:func:`load_parsed_game`):
@@ -159,6 +176,9 @@ def install_caches() -> None:
     environments per worker at every worker start, and wrote 2 GB to disk per start. The caches
     point ``fast_downward.interface.DOWNWARD_LIB_PATH`` at a copy without the debug sections
     (:func:`light_downward_lib`; the same code and data, 1.3 MB), made once per user and machine.
+
+    Reused library copies: ``fast_downward.load_lib`` first takes a copy a closed engine handed
+    back (:func:`release_downward_lib`, module docstring "Library copies").
 
     ``tests/test_alfworld_env.py::test_caches_do_not_change_the_game`` checks that observations,
     admissible actions and rewards are identical with and without these changes.
@@ -245,7 +265,13 @@ def install_caches() -> None:
 
     import fast_downward.interface as fd_interface
 
+    orig_load_lib = fast_downward.load_lib
+
+    def load_lib():
+        return _FREE_LIBS.pop() if _FREE_LIBS else orig_load_lib()
+
     _ORIGINALS.update(
+        load_lib=orig_load_lib,
         lib_path=fd_interface.DOWNWARD_LIB_PATH,
         pddl2sas=orig_sas,
         parse=orig_parse,
@@ -255,6 +281,7 @@ def install_caches() -> None:
     )
     fd_interface.DOWNWARD_LIB_PATH = light_downward_lib(fd_interface.DOWNWARD_LIB_PATH) or fd_interface.DOWNWARD_LIB_PATH
     fast_downward.pddl2sas = pddl2sas
+    fast_downward.load_lib = load_lib
     textgen._parse_and_convert = parse_and_convert
     pddl_logic._parse_and_convert = logic_parse_and_convert
     tw_logic._parse_and_convert = query_parse_and_convert
@@ -477,12 +504,50 @@ def uninstall_caches() -> None:
     import textworld.logic as tw_logic
 
     forget_games()
+    _FREE_LIBS.clear()
+    fast_downward.load_lib = _ORIGINALS.pop("load_lib")
     fd_interface.DOWNWARD_LIB_PATH = _ORIGINALS.pop("lib_path")
     fast_downward.pddl2sas = _ORIGINALS.pop("pddl2sas")
     textgen._parse_and_convert = _ORIGINALS.pop("parse")
     pddl_logic._parse_and_convert = _ORIGINALS.pop("logic_parse")
     tw_logic._parse_and_convert = _ORIGINALS.pop("query_parse")
     textgen.copy_context = _ORIGINALS.pop("copy_context")
+
+
+def release_downward_lib(env: Any) -> bool:
+    """Take the fast-downward library copy of an engine that is being closed (``make_pddl_env``'s
+    wrapped environment) and keep it for the next engine this process builds (module docstring
+    "Library copies"). The engine cannot use it afterwards (its ``downward_lib`` is None).
+
+    Args:
+        env: the wrapped or bare textworld ``PddlEnv``; anything else is left alone.
+
+    Returns:
+        True when a copy was kept for reuse; False when ``env`` holds none or
+        :func:`install_caches` is not installed (the copy then stays mapped, unused).
+    """
+    pddl = getattr(env, "unwrapped", env)
+    lib = getattr(pddl, "downward_lib", None)
+    if lib is None:
+        return False
+    pddl.downward_lib = None
+    if getattr(pddl, "_pddl_state", None) is not None:
+        pddl._pddl_state = None
+    if not _ORIGINALS:
+        return False
+    _FREE_LIBS.append(lib)
+    return True
+
+
+def mapped_downward_libs() -> int:
+    """Distinct fast-downward library files mapped into this process (``/proc/self/maps``, by
+    inode; 0 where ``/proc`` is not available): what :func:`release_downward_lib` bounds."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
+            # address, perms, offset, device, inode, path [(deleted)]
+            return len({(f[3], f[4]) for f in (line.split() for line in fh) if len(f) >= 6 and "downward" in f[5]})
+    except OSError:
+        return 0
 
 
 def preload_worker_modules() -> None:

@@ -1,7 +1,7 @@
 """``AlfworldEnv``: the real ALFWorld text engine behind the project's Environment protocol.
 
 One instance plays one episode at a time and can reset to any game file; the engine is built
-once (one fast-downward library copy per instance) and a game is (re)loaded only when the
+once (one fast-downward library copy per instance, handed to the next instance on close) and a game is (re)loaded only when the
 requested game file (path, modification time, size) differs from the loaded one (textworld's ``PddlEnv.reset`` rebuilds the game
 state from the cached problem translation, see :mod:`g2po_bench.benchmarks.alfworld.engine`). A generated
 game's translations and grammar parse are read from its ``game.parsed.pkl`` (written by the
@@ -33,7 +33,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from g2po_bench.benchmarks.alfworld.engine import load_parsed_game, make_pddl_env, split_intro
+from g2po_bench.benchmarks.alfworld.engine import (
+    load_parsed_game,
+    make_pddl_env,
+    release_downward_lib,
+    split_intro,
+)
 from g2po_bench.benchmarks.alfworld.games import PARSED_FILE
 from g2po_bench.benchmarks.alfworld.state_keys import NOTHING_HAPPENS, StateKeyRule, make_state_key
 from g2po_bench.core.protocol import Environment, Observation, Task
@@ -152,7 +157,9 @@ class AlfworldEnv(Environment):
         )
 
     def close(self) -> None:
-        """Drop the engine (and its fast-downward library copy)."""
+        """Drop the engine; its fast-downward library copy goes to the next engine of this process
+        (:func:`g2po_bench.benchmarks.alfworld.engine.release_downward_lib`: a copy cannot be
+        unmapped, so the copies a process maps stay bounded by the engines open at once)."""
         env, self._env = self._env, None
         self._loaded = self._loaded_version = None
         self._task = None
@@ -160,6 +167,7 @@ class AlfworldEnv(Environment):
         if env is not None:
             with contextlib.suppress(Exception):  # closing is best effort
                 env.close()
+            release_downward_lib(env)
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle only the settings; the engine is rebuilt lazily in the receiving process."""

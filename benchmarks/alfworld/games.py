@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from g2po_bench.benchmarks.loading import warn_skipped
@@ -35,6 +36,8 @@ __all__ = [
     "resolve_split_dirs",
     "available_splits",
     "find_games",
+    "scan_games",
+    "GameScan",
     "load_walkthrough",
     "task_type_of",
 ]
@@ -125,9 +128,10 @@ def available_splits(root: str | Path) -> list[str]:
     return list(resolve_split_dirs(root))
 
 
-def _solvable(game_file: Path) -> bool | None:
-    """The game's ``solvable`` flag (False when missing or null), cheaply; None when the file
-    cannot be read or is not a JSON object (a game that fails to load)."""
+def _solvable(game_file: Path) -> str:
+    """The game's ``solvable`` entry, cheaply: ``"true"``, ``"false"``, ``"null"``, ``"missing"``
+    (no such key, e.g. a game file of an older or partial download), or ``"unreadable"`` (the file
+    cannot be read or is not a JSON object: a game that fails to load)."""
     try:
         with open(game_file, "rb") as fh:
             fh.seek(0, 2)
@@ -135,17 +139,38 @@ def _solvable(game_file: Path) -> bool | None:
             fh.seek(max(0, size - 16384))
             tail = fh.read().decode("utf-8", errors="replace")
     except OSError:
-        return None
+        return "unreadable"
     matches = _SOLVABLE_RE.findall(tail)
     if matches:
-        return matches[-1] == "true"
+        return matches[-1]
     try:
         data = json.loads(game_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
+        return "unreadable"
     if not isinstance(data, dict):
-        return None
-    return bool(data.get("solvable"))
+        return "unreadable"
+    if "solvable" not in data:
+        return "missing"
+    return "true" if data["solvable"] is True else ("null" if data["solvable"] is None else "false")
+
+
+#: why a game file's ``solvable`` entry leaves the game out (:func:`_solvable`)
+_NOT_SOLVABLE = {"false": '"solvable": false', "null": '"solvable": null', "missing": 'no "solvable" key'}
+
+
+@dataclass
+class GameScan:
+    """What :func:`scan_games` found in one split.
+
+    ``tasks``: the games loaded (as :func:`find_games` returns them); ``left_out``: ``(name,
+    reason)`` of the games left out because their file is not marked solvable (``"solvable":
+    false``/``null``, or no ``solvable`` key), as AlfredTWEnv leaves them out; ``skipped``:
+    ``(name, reason)`` of the games that failed to load (named in a DataLoadWarning).
+    """
+
+    tasks: list[Task]
+    left_out: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
 
 
 def find_games(
@@ -155,7 +180,20 @@ def find_games(
     *,
     check_solvable: bool = True,
 ) -> list[Task]:
-    """All games of ``split`` under ``root``, optionally restricted to some task types.
+    """All games of ``split`` under ``root``: :func:`scan_games` ``(...).tasks`` (same arguments,
+    errors and warnings)."""
+    return scan_games(root, split, task_types, check_solvable=check_solvable).tasks
+
+
+def scan_games(
+    root: str | Path,
+    split: str,
+    task_types: Iterable[str] | None = None,
+    *,
+    check_solvable: bool = True,
+) -> GameScan:
+    """All games of ``split`` under ``root``, optionally restricted to some task types, with the
+    games left out and those that failed to load (:class:`GameScan`).
 
     Args:
         root: data root (see :func:`resolve_split_dirs`).
@@ -169,9 +207,9 @@ def find_games(
     is left out by definition (``movable``/``Sliced`` folders, unsolvable games) is not.
 
     Returns:
-        Tasks sorted by ``task_id = "<split>/<task folder>/<trial folder>"`` with
-        ``task_type`` from the task folder, ``env="alfworld"`` and ``payload`` = absolute path
-        of ``game.tw-pddl`` (a str).
+        :class:`GameScan` whose tasks are sorted by ``task_id = "<split>/<task folder>/<trial
+        folder>"`` with ``task_type`` from the task folder, ``env="alfworld"`` and ``payload`` =
+        absolute path of ``game.tw-pddl`` (a str).
 
     Raises:
         AlfworldDataError: root or split missing (the message lists the available splits), or
@@ -192,6 +230,7 @@ def find_games(
     split_dir = splits[split]
     tasks: list[Task] = []
     skipped: list[tuple[str, str]] = []  # games that fail to load: named in a DataLoadWarning
+    left_out: list[tuple[str, str]] = []  # games not marked solvable
     for task_dir in sorted(p for p in split_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
         if "movable" in task_dir.name or "Sliced" in task_dir.name:
             continue  # left out by definition (AlfredTWEnv), not a failure
@@ -213,11 +252,12 @@ def find_games(
                 continue
             if check_solvable:
                 flag = _solvable(game)
-                if flag is None:
+                if flag == "unreadable":
                     skipped.append((name, f"{GAME_FILE} cannot be read or is not a JSON object"))
                     continue
-                if not flag:
-                    continue  # not marked solvable: left out by definition (AlfredTWEnv)
+                if flag != "true":
+                    left_out.append((name, _NOT_SOLVABLE[flag]))  # left out as AlfredTWEnv does
+                    continue
             tasks.append(
                 Task(
                     task_id=f"{split}/{task_dir.name}/{trial_dir.name}",
@@ -234,7 +274,7 @@ def find_games(
             f"(expected <task>/<trial>/{GAME_FILE} with a sibling {TRAJ_FILE}); {DOWNLOAD_HINT}"
         )
     tasks.sort(key=lambda t: t.task_id)
-    return tasks
+    return GameScan(tasks, left_out, skipped)
 
 
 def load_walkthrough(task: Task | str | Path) -> list[str]:

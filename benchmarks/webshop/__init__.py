@@ -45,6 +45,7 @@ from g2po_bench.core.config import ConfigError, require
 __all__ = [
     "TASK_TYPES",
     "PROJECTION",
+    "EPISODE_SCORE_DEFAULT",
     "load_tasks",
     "make_env",
     "build_prompt",
@@ -74,6 +75,10 @@ class WebShopBenchmark(Benchmark):
         'option value, description, features, next >, < prev, back to search, buy now).'
     )
     downloads = True
+    #: an episode that never buys (step limit, refusals, a crash) scores 0, as the reference
+    #: (verl-agent's WebShop environment manager) scores every episode: the published "Score"
+    #: column is the mean over all episodes of reward x 100
+    episode_score_default = 0.0
 
     # the package's functions are the protocol's required parts
     load_tasks = staticmethod(load_tasks)

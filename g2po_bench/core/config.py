@@ -54,6 +54,8 @@ RL_TASK_POOLS = ("all", "without_demos")  # train.rl_tasks
 OLD_LOGPROBS = ("auto", "recompute", "sampler")  # train.old_logprobs
 #: train.loss_agg_mode: how a loss is aggregated over tokens and samples (verl core_algos agg_loss)
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+#: train.mini_batch_split: how step samples are cut into optimizer steps (algorithms/backends/batching.py)
+MINI_BATCH_SPLITS = ("fixed", "balanced")
 
 
 
@@ -133,6 +135,11 @@ class EnvConfig:
     appworld_timeout_seconds: int = 50
     appworld_cell_timeout: float = 60.0
     appworld_difficulties: list[int] = field(default_factory=list)
+    # an evaluation split whose game count differs from the official one (ALFWorld valid_seen 140,
+    # valid_unseen 134: benchmarks/alfworld/download.py EXPECTED_SPLITS; e.g. games without the
+    # "solvable" key from an older or partial download, which the loader leaves out) fails before
+    # any work unless this is true; either way a warning names the games left out
+    allow_incomplete_eval_split: bool = False
 
 
 @dataclass
@@ -193,6 +200,11 @@ class TrainConfig:
     entropy_coef: float = 0.001
     max_grad_norm: float = 1.0
     mini_batch_size: int = 128  # step samples per optimizer step
+    # how an iteration's step samples are cut into optimizer steps (algorithms/backends/batching.py):
+    # "fixed" = chunks of mini_batch_size, the last one holds the remainder (1 row when 129 rows meet
+    # a size of 128); "balanced" = the fewest mini-batches of at most mini_batch_size rows, sizes
+    # differing by at most one row (none under mini_batch_size // 2 when there are more rows than that)
+    mini_batch_split: str = "fixed"
     micro_batch_size: int = 16  # step samples per forward/backward
     ppo_epochs: int = 1
     # the old (behaviour-policy) log-probs of the PPO ratio: "recompute" (a forward pass of the
@@ -506,6 +518,11 @@ def validate_config(cfg: RunConfig) -> None:
          "use auto or recompute with backend=openrlhf")
     need(t.mini_batch_size >= 1 and t.micro_batch_size >= 1, "train.mini_batch_size", "must be >= 1")
     need(t.ppo_epochs >= 1, "train.ppo_epochs", "must be >= 1")
+    need(t.mini_batch_split in MINI_BATCH_SPLITS, "train.mini_batch_split",
+         f"choose one of {', '.join(MINI_BATCH_SPLITS)}")
+    need(cfg.backend == "local" or t.mini_batch_split == "fixed", "train.mini_batch_split",
+         f"{t.mini_batch_split!r} is the local backend's (OpenRLHF cuts its own mini-batches); use fixed "
+         "with backend=openrlhf")
     need(t.weight_decay >= 0 and t.value_weight_decay >= 0, "train.weight_decay", "weight decays must be >= 0")
     need(t.value_lr > 0, "train.value_lr", "must be > 0")
     need(t.clip_ratio_c is None or t.clip_ratio_c > 1, "train.clip_ratio_c",
@@ -565,6 +582,8 @@ NON_SEMANTIC_KEYS = ("run_id", "resume", "progress", "output_dir", "record_graph
 #: sweeps plan the same run folders). A key set to another value enters the hash.
 HASH_NEUTRAL_DEFAULTS: dict[str, Any] = {
     "env.cache_dir": "results/cache",
+    "env.allow_incomplete_eval_split": False,
+    "train.mini_batch_split": "fixed",
 }
 
 

@@ -6,10 +6,12 @@ Layout of ``results/runs/<run_id>/`` (DESIGN.md "results/"):
 - ``metrics.jsonl``: one JSON object per training iteration, appended as the run goes
   (keys: ``iteration`` (1-based), ``time_s`` (seconds since start), ``train/...``,
   ``loss/...``, ``adv/...`` estimator diagnostics, ``eval/...`` on evaluation iterations).
-- ``eval.json``: evaluations: ``{"env", "panel", "history": [EVAL...], "before": EVAL,
+- ``eval.json``: evaluations: ``{"env", "panel" ({"split", "num_tasks", "size" (tasks in the
+  panel played), "episodes_per_task", "temperature"}), "history": [EVAL...], "before": EVAL,
   "final": EVAL, "best": EVAL}`` where EVAL = ``{"iteration", "success_rate" (fraction in
   [0, 1]), "per_task_type": {type: success_rate}, "num_episodes", "score" (WebShop: mean
-  reward x 100, else null), "mean_steps", "invalid_frac", "truncated_prompts" (steps whose
+  reward x 100 over every episode, 0 for one that never buys; else null), "episode_scores"
+  (WebShop: one score per episode), "panel_size", "mean_steps", "invalid_frac", "truncated_prompts" (steps whose
   prompt was cut to ``train.max_prompt_tokens``), "truncated_responses" (fraction of steps
   whose response was cut at ``train.max_response_tokens``)}``. ``before`` is the evaluation at
   iteration 0 (after any warm start, before RL). With ``eval.at_train_temperature`` (both
@@ -19,7 +21,9 @@ Layout of ``results/runs/<run_id>/`` (DESIGN.md "results/"):
   "total_iterations", "error", "updated", "code"}`` (``code``: :func:`code_version` of the
   process that wrote it, ``{"commit", "dirty"}`` or null outside a git checkout); ``interrupted``: stopped by a signal
   (:mod:`g2po_bench.benchmarks.shutdown`), ``iteration`` is that of the checkpoint a resume continues from
-  and ``error`` says which signal.
+  and ``error`` says which signal. ``warnings`` (only when there is one): what the run warned
+  about once, e.g. ``stale_sampler`` = ``{"iteration", "gap", "threshold", "compute_dtype"}``
+  (:class:`g2po_bench.algorithms.backends.common.SamplerGapMonitor`).
 - ``checkpoints/``: ``latest/`` (model, optimizer, trainer state), replaced atomically.
 - ``evals/<UTC time or name>/``: evaluations of the run's checkpoint by ``g2po eval --run``
   (``config.yaml`` as used, ``eval.json`` with ``"kind": "evaluation"``, ``run``,
@@ -226,6 +230,8 @@ class RunDir:
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
         self._code: dict[str, Any] | None | bool = False  # False: not looked up yet
+        #: what ``status.json`` ``warnings`` records (e.g. ``stale_sampler``); written with every status
+        self.warnings: dict[str, Any] = {}
 
     @property
     def run_id(self) -> str:
@@ -275,6 +281,7 @@ class RunDir:
                 "updated": time.time(),
                 "code": self.code,
                 "machine": machine_info(),
+                **({"warnings": self.warnings} if self.warnings else {}),
             },
         )
 

@@ -8,7 +8,8 @@ One iteration (ALGORITHMS.md "Training loop facts"; verl-agent's step-level PPO 
    PPO also runs the critic for V(s_t).
 3. **Old and reference log-probs**: forward passes without gradient (the old ones are the sampler's
    own with ``train.old_logprobs=sampler``, the float32 default).
-4. **Update**: ``ppo_epochs`` passes over shuffled mini-batches of step samples; per token
+4. **Update**: ``ppo_epochs`` passes over shuffled mini-batches of step samples (cut by
+   ``train.mini_batch_split``, :mod:`g2po_bench.algorithms.backends.batching`); per token
    ``clipped PPO loss(A_step) + kl_coef * KL_k3(pi || pi_ref) - entropy_coef * H``,
    token-mean over the mini-batch, gradient clipping; environment text never enters the
    loss (only response tokens are scored).
@@ -20,14 +21,16 @@ passes under autocast; the frozen reference is a copy in ``model.dtype`` on ``tr
 response positions only, in chunks (:func:`g2po_bench.algorithms.backends.local.policy.response_logprobs`).
 Sampling and rescoring share one definition (:mod:`g2po_bench.algorithms.backends.local.sampling`),
 recorded in ``sampling.json``; the sampler's own log-probs are compared with the old log-probs
-every iteration (``train/sampler_logprob_gap``). With ``train.old_logprobs=sampler`` (the float32
+every iteration (``train/sampler_logprob_gap``; above the compute dtype's threshold a warning,
+once per run, names the iteration and ``status.json`` records it:
+:class:`g2po_bench.algorithms.backends.common.SamplerGapMonitor`). With ``train.old_logprobs=sampler`` (the float32
 default) the sampler's log-probs *are* the old log-probs (no forward pass of the policy before the
 update); the gap is then measured on the first mini-batch, whose forward pass runs on the weights
 that sampled.
 
 Evaluation on a fixed panel at ``eval.temperature`` before RL (after the warm start), every
-``eval.every`` iterations and at the end. A checkpoint (policy, optimizer, critic, RNG and
-trainer state) is written atomically every ``train.checkpoint_every`` iterations; a run with
+``eval.every`` iterations and at the end. A checkpoint (policy, optimizer, critic and its
+optimizer, RNG and trainer state) is written atomically every ``train.checkpoint_every`` iterations; a run with
 ``resume=true`` continues from it and loses at most the iterations since.
 
 The run's records (status, metrics, evaluations, checkpoint bookkeeping and resume, timing,
@@ -55,7 +58,9 @@ import numpy as np
 import torch
 
 from g2po_bench.algorithms import losses
+from g2po_bench.algorithms.backends.batching import split_mini_batches
 from g2po_bench.algorithms.backends.common import (
+    SamplerGapMonitor,
     at_train_temperature,
     eval_metrics,
     evaluate_panel,
@@ -131,6 +136,7 @@ class LocalTrainer:
         self.run: RunDir = self.lifecycle.run
         self.progress = self.lifecycle.progress
         self.truncation = self.lifecycle.truncation
+        self.sampler_gap = SamplerGapMonitor(cfg.model.dtype, log=self.log if console is not None else None)
         self.compute_dtype = compute_dtype(cfg.model.dtype)
         self.ref_device = self.device if cfg.train.ref_device == "auto" else torch.device(cfg.train.ref_device)
         self.sampling = SamplingParams(temperature=cfg.train.temperature, top_p=cfg.train.top_p)
@@ -318,9 +324,13 @@ class LocalTrainer:
         upd = self._update(rb, res.advantages)
         if self.critic is not None:
             returns = res.returns if res.returns is not None else res.advantages + values
+            t = cfg.train
             upd.update(self.critic.fit(rb.prompt_ids, returns, values, self.tokenizer.pad_token_id,
-                                       clip=cfg.train.value_clip, batch_size=cfg.train.micro_batch_size,
-                                       epochs=cfg.train.ppo_epochs, seed=cfg.seed + it))
+                                       clip=t.value_clip, mini_batch_size=t.mini_batch_size,
+                                       micro_batch_size=t.micro_batch_size,
+                                       response_lengths=[max(len(r), 1) for r in rb.response_ids],
+                                       loss_agg_mode=t.loss_agg_mode, mini_batch_split=t.mini_batch_split,
+                                       epochs=t.ppo_epochs, seed=cfg.seed + it))
         t_upd = time.time()
         rec: dict[str, Any] = {
             "iteration": it,
@@ -335,6 +345,8 @@ class LocalTrainer:
             rec["memory/rollout_peak_gb"] = mem_roll
             rec["memory/update_peak_gb"] = peak_memory_gb(self.device)
         self.truncation.observe(rec, it)
+        if self.sampler_gap.observe(rec, it):
+            self.run.warnings["stale_sampler"] = self.sampler_gap.record
         return rec
 
     def _rollouts_without_crashes(self, pool: EnvPool, train_tasks, it: int, on_step=None) -> RolloutBatch:
@@ -399,8 +411,7 @@ class LocalTrainer:
         grad_norms = []
         for _ in range(cfg.ppo_epochs):
             order = rng.permutation(rows)
-            for s in range(0, len(order), cfg.mini_batch_size):
-                mini = list(order[s:s + cfg.mini_batch_size])
+            for mini in split_mini_batches(order, cfg.mini_batch_size, cfg.mini_batch_split):
                 mini.sort(key=lambda i: len(rb.prompt_ids[i]) + len(rb.response_ids[i]))
                 n_tok = sum(len(rb.response_ids[i]) for i in mini)
                 n_micro = -(-len(mini) // cfg.micro_batch_size)  # reference: mean over micro-batches
@@ -471,17 +482,42 @@ class LocalTrainer:
         self.log(f"held-out success at the training temperature {t:g} ({which}): {format_rate_ci(ev)}")
 
     # ------------------------------------------------------------------ checkpoints
-    def _write_checkpoint(self, staging: Path, it: int, trainer_state: dict[str, Any]) -> None:
+    def _write_checkpoint(self, staging: Path, it: int, trainer_state: dict[str, Any]) -> dict[str, Any] | None:
         """The local backend's part of a checkpoint (:data:`.lifecycle.CheckpointWriter`): the
-        policy (``policy/``) and ``optim.pt`` (optimizer, RNG states, critic)."""
+        policy (``policy/``) and ``optim.pt`` (optimizer, RNG states, critic and its optimizer);
+        returns the trainer-state entries it adds (``warnings``, when the run warned)."""
         self.model.save_pretrained(staging / "policy")
         self.tokenizer.save_pretrained(staging / "policy")
         state = {"optimizer": self.optimizer.state_dict(),
                  "torch_rng": torch.get_rng_state(),
                  "python_rng": random.getstate()}
-        if self.critic is not None:
-            state["critic"] = self.critic.state_dict()
+        state.update(self._trained_state())
         torch.save(state, staging / "optim.pt")
+        # what the run warned about once (status.json warnings) survives a resume
+        return {"warnings": self.run.warnings} if self.run.warnings else None
+
+    def _trained_state(self) -> dict[str, Any]:
+        """What the run has trained besides the policy and its optimizer, for ``optim.pt``: the
+        critic's weights (``critic``) and its AdamW state (``critic_optimizer``: moments and step
+        count; without it a resumed PPO run restarts the critic's optimizer and its metrics drift
+        from an uninterrupted run's)."""
+        if self.critic is None:
+            return {}
+        return {"critic": self.critic.state_dict(), "critic_optimizer": self.critic.optimizer.state_dict()}
+
+    def _load_trained_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`_trained_state` from a checkpoint's ``optim.pt``; a checkpoint written
+        before the critic's optimizer was saved restores the weights and says that its optimizer
+        restarts."""
+        if self.critic is None or "critic" not in state:
+            return
+        self.critic.load_state_dict(state["critic"])
+        if "critic_optimizer" in state:
+            self.critic.optimizer.load_state_dict(state["critic_optimizer"])
+        else:
+            self.log("the checkpoint holds the critic's weights but not its optimizer state (written by an "
+                     "earlier version): the critic's AdamW restarts, so this run will not match an "
+                     "uninterrupted one")
 
     def _load_checkpoint(self, ckpt: Path) -> None:
         meta = json.loads((ckpt / "trainer_state.json").read_text())
@@ -489,8 +525,10 @@ class LocalTrainer:
         self.optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["python_rng"])
-        if self.critic is not None and "critic" in state:
-            self.critic.load_state_dict(state["critic"])
+        self._load_trained_state(state)
+        self.run.warnings = dict(meta.get("warnings") or {})
+        if "stale_sampler" in self.run.warnings:
+            self.sampler_gap.record = dict(self.run.warnings["stale_sampler"])
         self.lifecycle.resume(meta)
 
 

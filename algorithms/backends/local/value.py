@@ -5,8 +5,9 @@ agent sees it). As in the reference (verl's critic: the policy's checkpoint load
 ``AutoModelForTokenClassification`` with one output), it is the policy's transformer trunk
 (``model.base_model``: embeddings, layers, final norm; no LM head, so no vocabulary-sized
 logits are ever computed) plus a scalar head on the last prompt token's final hidden state,
-trained with the clipped value loss of PPO (:func:`g2po_bench.algorithms.losses.value_loss`) towards the
-estimator's returns, at lr 1e-5 by default (the reference critic learning rate). The trunk
+trained with the reference critic's clipped value loss and update (:func:`g2po_bench.algorithms.losses.value_loss`,
+:meth:`ValueModel.fit`) towards the estimator's returns, at lr 1e-5 by default (the reference
+critic learning rate). The trunk
 keeps float32 master weights and runs under autocast in the policy's compute dtype
 (:mod:`g2po_bench.algorithms.backends.local.precision`); gradient checkpointing is optional.
 """
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 
 from g2po_bench.algorithms import losses
+from g2po_bench.algorithms.backends.batching import split_mini_batches
 from g2po_bench.algorithms.backends.local.memory import enable_checkpointing
 from g2po_bench.algorithms.backends.local.precision import autocast, check_master_weights
 
@@ -94,25 +96,65 @@ class ValueModel(torch.nn.Module):
         return out
 
     def fit(self, prompts: Sequence[Sequence[int]], returns: np.ndarray, old_values: np.ndarray, pad: int,
-            *, clip: float, batch_size: int, epochs: int = 1, seed: int = 0) -> dict[str, float]:
-        """Regress V on ``returns`` (B,) with the clipped value loss; returns mean stats."""
+            *, clip: float | None, mini_batch_size: int, micro_batch_size: int,
+            response_lengths: Sequence[int] | None = None, loss_agg_mode: str = "token-mean",
+            mini_batch_split: str = "fixed", epochs: int = 1, seed: int = 0) -> dict[str, float]:
+        """Regress V on ``returns`` with the reference critic's update (verl ``dp_critic.update_critic``
+        as the G2PO repository ships it): per epoch, the shuffled step samples are cut into
+        mini-batches (``mini_batch_split``, :mod:`g2po_bench.algorithms.backends.batching`); each
+        mini-batch is one AdamW step, its gradient accumulated over micro-batches of
+        ``micro_batch_size`` as the mean of their losses (:func:`g2po_bench.algorithms.losses.value_loss`,
+        aggregated with ``loss_agg_mode``), the gradient norm clipped to 1.0 (reference
+        ``critic.grad_clip``).
+
+        The reference critic puts a value on every response token; this turn-level critic has one
+        value per step, which stands for each of the step's response tokens: with
+        ``response_lengths`` the loss and its aggregation see a (micro-batch, longest response)
+        matrix with the step's value, old value and return on its response tokens (token-mean
+        weighs a step by its response length, as the reference does); without, one entry per step.
+
+        Args:
+            prompts: step prompts (token ids); returns, old_values: (B,) float targets and values at
+                rollout time; pad: pad token id; clip: value clip range (None: unclipped).
+            mini_batch_size, micro_batch_size: step samples per optimizer step / per forward pass.
+            response_lengths: (B,) response tokens per step (>= 1), or None.
+
+        Returns:
+            ``loss/value`` (the aggregated loss, mean over micro-batches), ``loss/value_clip_frac``
+            (the clip fraction, mean over micro-batches), ``loss/value_grad_norm`` (mean over steps).
+
+        Raises:
+            ValueError: lengths of the inputs differ, or as :func:`g2po_bench.algorithms.losses.value_loss`.
+        """
+        n = len(prompts)
+        if len(returns) != n or len(old_values) != n or (response_lengths is not None and len(response_lengths) != n):
+            raise ValueError(f"{n} prompts but {len(returns)} returns, {len(old_values)} old values"
+                             + ("" if response_lengths is None else f", {len(response_lengths)} response lengths"))
         self.train()
         rng = np.random.default_rng(seed)
-        total, n = 0.0, 0
+        losses_, fracs, norms = [], [], []
         for _ in range(epochs):
-            order = rng.permutation(len(prompts))
-            for s in range(0, len(prompts), batch_size):
-                idx = order[s:s + batch_size]
-                ids, att = self._batch([prompts[i] for i in idx], pad)
-                v = self(ids, att)
-                ret = torch.as_tensor(returns[idx], dtype=torch.float32, device=v.device)
-                old = torch.as_tensor(old_values[idx], dtype=torch.float32, device=v.device)
-                loss = losses.value_loss(v, old, ret, clip=clip)
+            for mini in split_mini_batches(rng.permutation(n), mini_batch_size, mini_batch_split):
+                micros = [mini[m:m + micro_batch_size] for m in range(0, len(mini), micro_batch_size)]
                 self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.parameters(), 1.0)
+                for idx in micros:
+                    ids, att = self._batch([prompts[i] for i in idx], pad)
+                    v = self(ids, att)
+                    ret = torch.as_tensor(returns[idx], dtype=torch.float32, device=v.device)
+                    old = torch.as_tensor(old_values[idx], dtype=torch.float32, device=v.device)
+                    mask = None
+                    if response_lengths is not None:
+                        lengths = torch.as_tensor([response_lengths[i] for i in idx], device=v.device)
+                        mask = torch.arange(int(lengths.max()), device=v.device)[None, :] < lengths[:, None]
+                        v, ret, old = (x[:, None].expand(mask.shape) for x in (v, ret, old))
+                    loss, stats = losses.value_loss(v, old, ret, mask, clip=clip, loss_agg_mode=loss_agg_mode,
+                                                    return_metrics=True)
+                    (loss / len(micros)).backward()
+                    losses_.append(stats["vf_loss"])
+                    fracs.append(stats["vf_clip_frac"])
+                norms.append(float(torch.nn.utils.clip_grad_norm_(self.parameters(), 1.0)))
                 self.optimizer.step()
-                total += float(loss.detach()) * len(idx)
-                n += len(idx)
         self.eval()
-        return {"loss/value": total / max(n, 1)}
+        return {"loss/value": float(np.mean(losses_)) if losses_ else 0.0,
+                "loss/value_clip_frac": float(np.mean(fracs)) if fracs else 0.0,
+                "loss/value_grad_norm": float(np.mean(norms)) if norms else 0.0}
