@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -538,13 +539,20 @@ def _wait_stopped(watched, timeout: float, poll_s: float) -> None:
     """Poll the cancelled jobs until each has stopped or ``timeout`` seconds have passed (outside
     the launch lock: a launch meanwhile sees them as live and skips their runs)."""
     t0 = last_sent = time.time()
+    last_asked = -math.inf  # Slurm is asked every CANCEL_RESEND_S seconds, local processes every poll
     while True:
         now = time.time()
         pending = []
+        ask_slurm = now - last_asked >= CANCEL_RESEND_S
+        if ask_slurm:
+            last_asked = now
         for entry, sub, tree in watched:
             if entry["stopped"]:
                 continue
-            over = not tree.alive() if tree is not None else not job_states([sub])[0].alive
+            if tree is not None:
+                over = not tree.alive()
+            else:
+                over = ask_slurm and not job_states([sub])[0].alive
             if over:
                 entry.update(stopped=True, seconds=round(now - t0, 1))
             else:
