@@ -3,9 +3,10 @@
 A training job is signalled by whoever runs it: SLURM sends ``SIGTERM`` on ``scancel`` (and on
 ``g2po sweep cancel``), the preemption signal (``SIGUSR2``, or ``$SUBMITIT_PREEMPT_SIGNAL``)
 ``signal_delay_s`` before a time limit or at preemption, and ``SIGKILL`` when its grace time
-(``KillWait``) is over; it signals *every* process of the job step, workers included. Submitit's
-local executor cancels with ``SIGINT``; a terminal's Ctrl-C also reaches every process of the
-foreground group. The policy:
+(``KillWait``) is over; it signals *every* process of the job step, workers included. On the
+local executor ``g2po sweep cancel`` sends ``SIGTERM`` to the job's Submitit controller, which
+passes it on to the job process only (Submitit's own ``LocalJob.cancel`` sends ``SIGINT``); a
+terminal's Ctrl-C reaches every process of the foreground group. The policy:
 
 **Environment workers** (:func:`apply_worker_policy`, called first thing in every worker) ignore
 the job's signals (:data:`JOB_SIGNALS`: SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2 and the
@@ -39,9 +40,23 @@ or preemption signal into a *stop request* instead of dying at an arbitrary poin
    sweep launch`` resubmits the run and ``resume=true`` continues from the checkpoint; the run's
    metrics then equal an uninterrupted run's with the same seed (timings aside).
 
-Signals whose disposition is ``SIG_IGN`` when the guard starts (e.g. SIGINT of a background
-job) stay ignored. The guard is a no-op outside the main thread (Python handles signals there
-only).
+Signals whose disposition is ``SIG_IGN`` when the trainer's guard starts (e.g. SIGINT of
+``nohup g2po train ... &``, which a shell starts with SIGINT ignored) stay ignored: stop such a
+run with SIGTERM (``kill PID``). The guard is a no-op outside the main thread (Python handles
+signals there only).
+
+**A sweep job** (:mod:`g2po_bench.sweeps.job`) holds a second guard around all its runs
+(``GracefulShutdown(take_ignored=True)``): SIGTERM and SIGINT are taken *whatever disposition
+the job inherited* (a job launched from a background shell starts with SIGINT ignored,
+Submitit bypasses SIGTERM), so the scheduler's or ``g2po sweep cancel``'s signal always stops
+the job: a request that arrives between runs (or while a run is starting, before the trainer's
+guard is entered) is kept, the trainer's guard inherits it and stops at its first check point,
+and no further run starts. Guards nest: the inner one hands a pending request on and restores
+the outer one's handlers when it ends.
+
+**Processes forked for a pool** (the ALFWorld generator's workers) die with their parent too
+(:func:`die_with_parent`, their pool initializer): a trainer killed with SIGKILL leaves no worker
+behind.
 """
 
 from __future__ import annotations
@@ -62,6 +77,7 @@ __all__ = [
     "ShutdownRequested",
     "apply_worker_policy",
     "check_stop",
+    "die_with_parent",
     "install_fork_hook",
     "preempt_signal",
     "stop_requested",
@@ -131,20 +147,30 @@ def _set_pdeathsig() -> None:
             pass
 
 
+def die_with_parent(parent_pid: int | None = None) -> None:
+    """Make this (forked) process die with its parent: on Linux ``PR_SET_PDEATHSIG`` = SIGKILL
+    (sent when the parent ends, however it ends, even by SIGKILL). With ``parent_pid``, exits at
+    once (``os._exit(0)``) when the parent is already gone (it died before the prctl took
+    effect). Used by :func:`apply_worker_policy` and as the initializer of process pools
+    (``ProcessPoolExecutor(initializer=die_with_parent, initargs=(os.getpid(),))``), whose workers
+    otherwise outlive a killed parent, blocked on their task queue."""
+    _set_pdeathsig()
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(0)
+
+
 def apply_worker_policy(parent_pid: int | None = None) -> None:
     """Make this (forked) process ignore the job's signals and die with its parent.
 
     Called first in every environment worker. Replaces handlers inherited from the parent
     (Submitit's, the trainer's) with ``SIG_IGN`` for :data:`JOB_SIGNALS`, and on Linux sets
-    ``PR_SET_PDEATHSIG`` to SIGKILL. With ``parent_pid``, exits at once (``os._exit(0)``) when
-    the parent is already gone (it died before the prctl took effect).
+    ``PR_SET_PDEATHSIG`` to SIGKILL (:func:`die_with_parent`, which also exits at once when
+    ``parent_pid`` is given and the parent is already gone).
     """
     for sig in JOB_SIGNALS:
         with contextlib.suppress(OSError, ValueError):
             signal.signal(sig, signal.SIG_IGN)
-    _set_pdeathsig()
-    if parent_pid is not None and os.getppid() != parent_pid:
-        os._exit(0)
+    die_with_parent(parent_pid)
 
 
 _FORK_HOOK_INSTALLED = False
@@ -210,25 +236,46 @@ def check_stop() -> None:
         raise ShutdownRequested(_STATE.signum)
 
 
+#: What the trainer's guard does after a stop request (its log line).
+TRAINER_STOP = ("the iteration in flight is finished or abandoned without being recorded, what is complete is "
+                "checkpointed, then the process exits")
+
+
 class GracefulShutdown:
-    """Context manager: the trainer's side of the policy (module docstring).
+    """Context manager: the trainer's (and a sweep job's) side of the policy (module docstring).
 
     ``with GracefulShutdown(log=print) as guard:`` installs the handlers (main thread only),
     and on exit restores the previous ones. After catching :class:`ShutdownRequested` and
-    saving what is complete, call :meth:`exit` to leave the process the policy's way.
+    saving what is complete, call :meth:`exit` to leave the process the policy's way. Guards
+    nest: a request pending when an inner guard starts is kept (the inner guard's first check
+    point acts on it), and it stays pending after the inner guard ends while an outer one is
+    active.
 
     Args:
         log: called with one line when a signal arrives (e.g. ``console.print``); the default
             writes to stderr.
+        signals: the signals turned into a stop request; default SIGTERM, SIGINT and the
+            preemption signal (:func:`preempt_signal`).
+        take_ignored: also take a signal whose disposition is ``SIG_IGN`` when the guard starts
+            (a sweep job: the launcher's shell, not the job, chose to ignore it); by default such
+            a signal stays ignored (``nohup g2po train ... &``).
+        action: what happens after a request, for the log line.
     """
 
-    def __init__(self, log: Callable[[str], Any] | None = None):
+    def __init__(self, log: Callable[[str], Any] | None = None, *,
+                 signals: tuple[int, ...] | None = None, take_ignored: bool = False,
+                 action: str = TRAINER_STOP):
         self.log = log or (lambda m: print(m, file=sys.stderr, flush=True))
         self.previous: dict[int, Any] = {}
         self.installed = False
+        self._signals = tuple(signals) if signals is not None else None
+        self.take_ignored = take_ignored
+        self.action = action
 
     @property
     def signals(self) -> tuple[signal.Signals, ...]:
+        if self._signals is not None:
+            return tuple(signal.Signals(s) for s in self._signals)
         sigs = list(STOP_SIGNALS)
         p = preempt_signal()
         if p not in sigs:
@@ -241,12 +288,13 @@ class GracefulShutdown:
             return self
         for sig in self.signals:
             prev = signal.getsignal(sig)
-            if prev is signal.SIG_IGN:
+            if prev is signal.SIG_IGN and not self.take_ignored:
                 continue  # ignored by whoever started us: keep it so
             self.previous[sig] = prev
             signal.signal(sig, self._on_signal)
+        if not _STATE.active:
+            _STATE.signum = None  # a request of an outer guard is kept (nested guards)
         _STATE.active += 1
-        _STATE.signum = None
         self.installed = True
         return self
 
@@ -271,8 +319,7 @@ class GracefulShutdown:
                 _STATE.signum = signum
             return
         _STATE.signum = signum
-        self.log(f"{name} received: the iteration in flight is finished or abandoned without being "
-                 "recorded, what is complete is checkpointed, then the process exits"
+        self.log(f"{name} received: {self.action}"
                  + (" (Ctrl-C again to stop at once)" if signum == signal.SIGINT else ""))
 
     @property

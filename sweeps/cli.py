@@ -60,8 +60,11 @@ def add_sweep_arguments(sub) -> argparse.ArgumentParser:
     common(q)
     q.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
 
-    q = ssub.add_parser("cancel", help="cancel the sweep's queued and running jobs")
+    q = ssub.add_parser("cancel", help="cancel the sweep's queued and running jobs and wait until they stop")
     common(q)
+    q.add_argument("--timeout", type=float, default=None,
+                   help="seconds to wait for the jobs to stop (default 60); a job still running then is named "
+                        "with its pids and the exit code is 1")
 
     ssub.add_parser("list", help="list the specs in sweeps/specs")
     return p
@@ -204,13 +207,25 @@ def run_sweep_command(args, console, pictures=None) -> int:
                 print_status(spec, rows)
             return 0
         if args.sweep_command == "cancel":
-            done = launcher.cancel(spec, args.where, console=console)
+            timeout = launcher.CANCEL_TIMEOUT_S if args.timeout is None else args.timeout
+            done = launcher.cancel(spec, args.where, console=console, timeout=timeout)
             if not done:
                 console.print("no queued or running job to cancel")
             for c in done:
-                word = "cancelled" if c["ok"] else f"could not cancel ({c['message']})"
-                console.print(f"{word}: {c['cluster']} job {c['job_id']} ({len(c['runs'])} run(s))", markup=False)
-            return 0 if all(c["ok"] for c in done) else 1
+                job = f"{c['cluster']} job {c['job_id']} ({len(c['runs'])} run(s))"
+                if not c["ok"]:
+                    line = f"could not cancel {job}: {c['message']}"
+                elif c["stopped"]:
+                    line = f"cancelled: {job}; it stopped" + (f" after {c['seconds']:g} s" if c["seconds"] else
+                                                               f" ({c['message']})" if c["message"] else "")
+                else:
+                    line = (f"cancel sent, but {job} is still running after {timeout:g} s: {c['still_running']}. "
+                            "It stops at its next check point (the iteration in flight is not recorded): run "
+                            "cancel again to wait longer"
+                            + (", or kill -KILL the pids to stop it at once (a relaunch resumes from the last "
+                               "checkpoint)" if c["cluster"] == "local" else ""))
+                console.print(line, markup=False)
+            return 0 if all(c["ok"] and c["stopped"] for c in done) else 1
     except (SpecError, ConfigError) as exc:
         from rich.markup import escape
 

@@ -20,11 +20,18 @@ Signals (the policy of :mod:`g2po_bench.benchmarks.shutdown`): Slurm sends USR2 
 the end or at preemption; the trainer abandons (or finishes) the iteration in flight without
 recording it, checkpoints what is complete, and only then calls Submitit's handler, which calls
 :meth:`SweepJob.checkpoint` (the same job again) and requeues it; the requeued job resumes from
-the checkpoint. ``scancel`` / ``g2po sweep cancel`` (SIGTERM; the local executor: SIGINT) stop
+the checkpoint. ``scancel`` / ``g2po sweep cancel`` (SIGTERM; on the local executor to the job's
+controller, which passes it on to the job) and Submitit's own local cancel (SIGINT) stop
 the trainer the same way, with ``status.json`` ``interrupted``; a relaunch resumes. Environment
-workers ignore all of these and end with the trainer. A local job started from a background shell
-(``nohup g2po sweep launch ... &``) inherits SIGINT *ignored*, which would make the local cancel a
-no-op: the job restores Python's SIGINT handler first (:func:`accept_local_cancel`).
+workers ignore all of these and end with the trainer.
+
+The job sets the dispositions it relies on itself, whatever it inherited (:func:`job_guard`, a
+:class:`g2po_bench.benchmarks.shutdown.GracefulShutdown` around all its runs): SIGTERM and SIGINT
+are stop requests even when the job was launched from a background shell (``nohup g2po sweep
+launch ... &`` starts every process with SIGINT ignored) and although Submitit bypasses SIGTERM. A
+request that comes between runs, or while a run is starting (before the trainer's own guard),
+is kept: the trainer stops at its first check point and no further run starts; the job exits
+with status 128 + signal.
 
 Allocation passed to the trainer backend (exported on every node before the run starts;
 the OpenRLHF backend reads these to start Ray on the allocation):
@@ -58,7 +65,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -67,14 +73,20 @@ from typing import Any
 
 import submitit
 import yaml
+from rich.console import Console
 
-from g2po_bench.benchmarks.shutdown import install_fork_hook
+from g2po_bench.benchmarks.shutdown import (
+    STOP_SIGNALS,
+    GracefulShutdown,
+    ShutdownRequested,
+    install_fork_hook,
+)
 from g2po_bench.core.rundir import RunDir, append_jsonl, atomic_write_text
 from g2po_bench.runconfig import load_config
 from g2po_bench.sweeps.claims import acquire, describe_owner
 from g2po_bench.train import run_train
 
-__all__ = ["RunTask", "SweepJob", "export_allocation", "log_event"]
+__all__ = ["RunTask", "SweepJob", "export_allocation", "job_guard", "log_event"]
 
 
 @dataclass
@@ -230,25 +242,25 @@ def _quiet_forked_children() -> None:
     install_fork_hook()
 
 
-def accept_local_cancel(cluster: str) -> bool:
-    """Make a local job cancellable: Submitit's local executor (and ``g2po sweep cancel``) stops a
-    job with SIGINT, but a job launched from a non-interactive background shell (``nohup g2po
-    sweep launch ... &``, ``setsid``) inherits SIGINT ignored, so the cancel would silently do
-    nothing. On the local executor, in the main thread, an ignored SIGINT gets Python's default
-    handler back (KeyboardInterrupt; the trainer's guard then turns it into a clean stop).
+def job_guard(cluster: str):
+    """The job's signal guard (see the module docstring): a
+    :class:`g2po_bench.benchmarks.shutdown.GracefulShutdown` for SIGTERM and SIGINT held around all the
+    job's runs. On the ``local`` and ``slurm`` executors it takes the two signals whatever
+    disposition the job inherited (a launch from a background shell passes SIGINT on ignored, and
+    Submitit's job process bypasses SIGTERM); the ``debug`` executor runs the job in the launching
+    process, whose ignored signals stay ignored. The preemption signal is left to Submitit's
+    handler (checkpoint and requeue) and to the trainer's own guard.
 
     Args:
-        cluster: the executor (``local``, ``slurm``, ``debug``); only ``local`` is changed.
+        cluster: the executor (``local``, ``slurm``, ``debug``).
 
     Returns:
-        True when the SIGINT handler was restored.
+        The guard (not yet entered): ``with job_guard(cluster) as guard: ...``.
     """
-    if cluster != "local" or threading.current_thread() is not threading.main_thread():
-        return False
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-        return False
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    return True
+    return GracefulShutdown(signals=STOP_SIGNALS, take_ignored=cluster != "debug",
+                            log=lambda m: print(f"[g2po sweep] {m}", file=sys.stderr, flush=True),
+                            action="the job stops: a run that is starting stops at its first check point, "
+                                   "and no further run starts")
 
 
 class SweepJob(submitit.helpers.Checkpointable):
@@ -267,7 +279,6 @@ class SweepJob(submitit.helpers.Checkpointable):
         if not self.tasks:
             return []
         first = self.tasks[0]
-        accept_local_cancel(first.cluster)
         _quiet_forked_children()
         cwd = os.getcwd()
         os.chdir(first.workdir)
@@ -275,15 +286,33 @@ class SweepJob(submitit.helpers.Checkpointable):
             alloc = export_allocation(first.resources, first.cluster)
             if int(alloc["G2PO_NODE_RANK"]) != 0:
                 return [_worker_node(first, alloc)]
-            from rich.console import Console
-
-            console = Console(file=sys.stdout, force_terminal=False, width=120)
-            results = [train_one(t, console=console) for t in self.tasks]
+            results = self._train_all()
         finally:
             os.chdir(cwd)
         failed = [r for r in results if r["state"] == "failed"]
         if failed and self.raise_on_failure:
             raise RuntimeError("; ".join(f"{r['run_id']}: {r['error']}" for r in failed))
+        return results
+
+    def _train_all(self) -> list[dict[str, Any]]:
+        """Train the runs in order under :func:`job_guard`; a stop request ends the job (exit
+        status 128 + signal, :class:`g2po_bench.benchmarks.shutdown.Interrupted`) before the next run."""
+        console = Console(file=sys.stdout, force_terminal=False, width=120)
+        results: list[dict[str, Any]] = []
+        with job_guard(self.tasks[0].cluster) as guard:
+            for t in self.tasks:
+                if guard.requested is not None:
+                    break
+                try:
+                    results.append(train_one(t, console=console))
+                except ShutdownRequested:  # a check point reached outside the trainer's guard
+                    break
+            if guard.requested is not None:
+                left = [t.run_id for t in self.tasks[len(results):]]
+                msg = (f"job stopped by {signal.Signals(guard.requested).name}"
+                       + (f"; not trained (a relaunch trains them): {', '.join(left)}" if left else ""))
+                print(f"[g2po sweep] {msg}", file=sys.stderr, flush=True)
+                guard.exit(msg)
         return results
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:

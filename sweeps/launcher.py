@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -47,7 +48,7 @@ from g2po_bench.core.rundir import (
 )
 from g2po_bench.sweeps.claims import claim_state, flocked, read_claim
 from g2po_bench.sweeps.job import RunTask, SweepJob
-from g2po_bench.sweeps.scheduler import HOST, JobState, job_states, process_start
+from g2po_bench.sweeps.scheduler import HOST, JobState, ProcessTree, job_states, process_start
 from g2po_bench.sweeps.spec import PlannedRun, Resources, SpecError, SweepSpec, _parse_where, expand
 
 __all__ = [
@@ -455,11 +456,48 @@ def sweep_status(spec: SweepSpec, where: list[str] | None = None,
 
 
 # ---------------------------------------------------------------------------- cancel
-def cancel(spec: SweepSpec, where: list[str] | None = None, console=None) -> list[dict[str, Any]]:
-    """Cancel the live jobs of the spec's runs (Slurm: scancel; local: SIGINT to the job)."""
+#: How long ``g2po sweep cancel`` waits for the cancelled jobs to stop (seconds; ``--timeout``).
+CANCEL_TIMEOUT_S = 60.0
+#: A local job's controller is sent SIGTERM again this often while the job runs on (seconds).
+CANCEL_RESEND_S = 2.0
+
+
+def _signal_local(tree: ProcessTree) -> list[int]:
+    """SIGTERM to the local job's Submitit controller(s) (the root when there is none yet: a
+    setup shell, or a controller still starting); returns the pids signalled."""
+    targets = tree.controllers() or [p for p in tree.alive() if p == tree.root]
+    sent = []
+    for pid in targets:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+            sent.append(pid)
+    return sent
+
+
+def cancel(spec: SweepSpec, where: list[str] | None = None, console=None, timeout: float = CANCEL_TIMEOUT_S,
+           poll_s: float = 0.25) -> list[dict[str, Any]]:
+    """Cancel the live jobs of the spec's runs and wait (up to ``timeout`` seconds) until they stop.
+
+    Slurm: ``scancel`` (SIGTERM to every process of the job; SIGKILL after the cluster's
+    ``KillWait``). Local: SIGTERM to the job's Submitit controller, which sets its SIGTERM handler
+    itself and passes the signal on to the job process; the job takes SIGTERM whatever
+    disposition it inherited (:func:`g2po_bench.sweeps.job.job_guard`), its trainer stops at the next
+    check point without recording the iteration in flight, and the job exits. SIGTERM is sent
+    again every :data:`CANCEL_RESEND_S` seconds while the job runs on: a job submitted a moment
+    ago may be between the start of a process and the moment it sets its handler, where one
+    signal can be lost; a repeated request is harmless (the guards act on the first). A job is
+    stopped when none of its processes (controller, job process, workers) is left (Slurm: when
+    the scheduler no longer says pending/running).
+
+    Returns:
+        One dict per live job: ``cluster``, ``job_id``, ``runs``, ``ok`` (the cancel was sent),
+        ``message`` (why not), ``stopped`` (seen to stop within ``timeout``), ``seconds`` (until
+        it stopped), ``still_running`` (local: the live pids with their roles; Slurm: its state).
+    """
     runs = expand_or_state(spec, where, console)
     state = SweepState(spec.output_dir)
     cancelled: list[dict[str, Any]] = []
+    watched: list[tuple[dict[str, Any], dict[str, Any], ProcessTree | None]] = []
     with _launch_lock(state, console):
         state = SweepState(spec.output_dir)
         subs: dict[tuple[str, str], dict[str, Any]] = {}
@@ -471,27 +509,67 @@ def cancel(spec: SweepSpec, where: list[str] | None = None, console=None) -> lis
         for sub, js in zip(items, job_states(items)):
             if not js.alive:
                 continue
+            entry: dict[str, Any] = {"cluster": sub["cluster"], "job_id": sub["job_id"], "ok": False, "message": "",
+                                     "runs": sub.get("runs_in_job", []), "stopped": False, "seconds": None,
+                                     "still_running": ""}
+            tree = None
             if sub["cluster"] == "slurm":
                 proc = subprocess.run(["scancel", sub["job_id"]], capture_output=True, text=True)
-                ok = proc.returncode == 0
-                msg = proc.stderr.strip()
+                entry.update(ok=proc.returncode == 0, message=proc.stderr.strip())
             elif sub["cluster"] == "local" and sub.get("host") == HOST:
-                try:
-                    os.kill(int(sub["job_id"]), signal.SIGINT)  # Submitit's local cancel
-                    ok, msg = True, ""
-                except ProcessLookupError:
-                    ok, msg = False, "process already gone"
+                tree = ProcessTree(int(sub["job_id"]), sub.get("start"))
+                if _signal_local(tree):
+                    entry["ok"] = True
+                else:
+                    entry.update(ok=True, stopped=True, seconds=0.0, message="it had already ended")
             else:
-                ok, msg = False, f"cannot cancel a {sub['cluster']} job from host {HOST}"
-            if ok:
+                entry["message"] = f"cannot cancel a {sub['cluster']} job from host {HOST}"
+            if entry["ok"]:
                 for run_id in sub.get("runs_in_job", []):
                     for s in state.submissions(run_id):
                         if s["job_id"] == sub["job_id"] and s["cluster"] == sub["cluster"]:
                             s["cancelled"] = time.time()
-            cancelled.append({"cluster": sub["cluster"], "job_id": sub["job_id"], "ok": ok, "message": msg,
-                              "runs": sub.get("runs_in_job", [])})
+                if not entry["stopped"]:
+                    watched.append((entry, sub, tree))
+            cancelled.append(entry)
         state.save()
+    _wait_stopped(watched, timeout, poll_s)
     return cancelled
+
+
+def _wait_stopped(watched, timeout: float, poll_s: float) -> None:
+    """Poll the cancelled jobs until each has stopped or ``timeout`` seconds have passed (outside
+    the launch lock: a launch meanwhile sees them as live and skips their runs)."""
+    t0 = last_sent = time.time()
+    last_asked = -math.inf  # Slurm is asked every CANCEL_RESEND_S seconds, local processes every poll
+    while True:
+        now = time.time()
+        pending = []
+        ask_slurm = now - last_asked >= CANCEL_RESEND_S
+        if ask_slurm:
+            last_asked = now
+        for entry, sub, tree in watched:
+            if entry["stopped"]:
+                continue
+            if tree is not None:
+                over = not tree.alive()
+            else:
+                over = ask_slurm and not job_states([sub])[0].alive
+            if over:
+                entry.update(stopped=True, seconds=round(now - t0, 1))
+            else:
+                pending.append((entry, sub, tree))
+        if not pending or now - t0 >= timeout:
+            break
+        if now - last_sent >= CANCEL_RESEND_S:
+            for _, _, tree in pending:
+                if tree is not None:
+                    _signal_local(tree)
+            last_sent = now
+        time.sleep(poll_s)
+    for entry, sub, tree in pending:
+        entry["still_running"] = (f"pid {tree.describe()}" if tree is not None
+                                  else f"Slurm says {job_states([sub])[0]}")
 
 
 # ---------------------------------------------------------------------------- wait

@@ -14,6 +14,10 @@ Job identities:
   controller's pid. Alive while that pid exists on this host with the recorded start time
   (pid reuse) and is not a zombie.
 - ``process``: any process (``host``, ``pid``, ``start``), e.g. the debug executor.
+
+A local job's processes (its controller, the job process Submitit starts, that one's workers)
+are followed by :class:`ProcessTree`, which ``g2po sweep cancel`` signals and watches until
+every one of them has ended.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import subprocess
 from dataclasses import dataclass
 
 __all__ = ["JobState", "slurm_states", "process_start", "process_alive", "local_state",
-           "job_state", "job_states", "HOST"]
+           "job_state", "job_states", "HOST", "descendants", "ProcessTree"]
 
 HOST = socket.gethostname()
 
@@ -141,6 +145,112 @@ def process_alive(host: str | None, pid: int | None, start: int | None) -> JobSt
     if start is not None and int(start) != now_start:
         return JobState("ended", "process exited (pid reused)")
     return JobState("running", "process alive")
+
+
+def _children() -> dict[int, list[int]]:
+    """Parent pid -> child pids of every process (one pass over ``/proc``)."""
+    children: dict[int, list[int]] = {}
+    for d in os.scandir("/proc"):
+        if not d.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d.name}/stat", encoding="utf-8", errors="replace") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rfind(")") + 2:].split()[1])
+        children.setdefault(ppid, []).append(int(d.name))
+    return children
+
+
+def descendants(pid: int, children: dict[int, list[int]] | None = None) -> list[int]:
+    """All descendants of ``pid`` (from ``/proc``, or the map of :func:`_children`; children
+    before grandchildren)."""
+    children = _children() if children is None else children
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop(0)
+        for c in sorted(children.get(p, [])):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def _command(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
+            stat = fh.read()
+        return int(stat[stat.rfind(")") + 2:].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+class ProcessTree:
+    """A process and every descendant it has had while followed, each identified by pid and
+    start time (a reused pid is another process). ``g2po sweep cancel`` follows a local job's
+    tree: the job is over when :meth:`alive` is empty, although processes whose parent died are
+    re-parented (to init) and no longer descend from the root.
+
+    Args:
+        pid: the root (a local job's id: Submitit's controller, or the shell running the
+            executor's ``setup`` lines before it).
+        start: the root's start time in clock ticks (:func:`process_start`) recorded at
+            submission; another start time means the job is already over.
+    """
+
+    CONTROLLER = "submitit.local._local"  # Submitit's local job controller: python -m submitit.local._local
+    JOB = "submitit.core._submit"  # the job process it starts: python -m submitit.core._submit
+
+    def __init__(self, pid: int, start: int | None = None):
+        self.root = int(pid)
+        self.known: dict[int, int] = {}
+        now = process_start(self.root)
+        if now is not None and (start is None or int(start) == now):
+            self.known[self.root] = now
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Add the descendants the live followed processes have now."""
+        children = _children()
+        for pid in self.alive(refresh=False):
+            for child in descendants(pid, children):
+                if child not in self.known:
+                    st = process_start(child)
+                    if st is not None:
+                        self.known[child] = st
+
+    def alive(self, refresh: bool = True) -> list[int]:
+        """The followed processes still running (zombies count as ended), root first."""
+        if refresh:
+            self.refresh()
+        return [p for p, st in self.known.items() if process_start(p) == st]
+
+    def controllers(self) -> list[int]:
+        """The live Submitit controllers of the tree (the root, or the child of a setup shell)."""
+        return [p for p in self.alive() if self.CONTROLLER in _command(p)]
+
+    def describe(self) -> str:
+        """``123 (controller), 124 (job), 125 (worker)`` for the live processes (the root is the
+        job when it is no controller)."""
+        roles = []
+        for p in self.alive(refresh=False):
+            cmd = _command(p)
+            if self.CONTROLLER in cmd:
+                role = "controller"
+            elif p == self.root or (self.JOB in cmd and self.JOB not in _command(_parent(p))):
+                role = "job"
+            else:
+                role = "worker"
+            roles.append(f"{p} ({role})")
+        return ", ".join(roles)
 
 
 def local_state(sub: dict) -> JobState:

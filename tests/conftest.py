@@ -3,11 +3,17 @@
 ``shared_data``: the folder of shared test data (``$G2PO_SHARED_DATA``, else
 ``<repo>/../shared/data``). Missing data skips the test outside CI and fails it in CI
 (env ``CI`` set), so CI never silently skips data-dependent tests.
+
+``dispositions``: set signal dispositions of the pytest process for one test. A test that
+signals this process (or forks children that inherit its dispositions) sets the ones it relies
+on: pytest may have been started with SIGINT ignored (``nohup ... &``, ``cmd &`` in a script),
+and the suite must pass however it was started.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -36,3 +42,18 @@ def require_shared(sub: str = "") -> Path:
 def shared_data() -> Path:
     """The shared data folder; skips outside CI / fails in CI when it is missing."""
     return require_shared()
+
+
+@pytest.fixture
+def dispositions():
+    """``dispositions(sig, handler)`` sets this process's handler of ``sig`` for the test; the
+    previous handlers are restored afterwards."""
+    saved: dict[int, object] = {}
+
+    def set_(sig: int, handler) -> None:
+        saved.setdefault(sig, signal.getsignal(sig))
+        signal.signal(sig, handler)
+
+    yield set_
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)

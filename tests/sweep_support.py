@@ -21,6 +21,8 @@ from typing import Any
 
 import yaml
 
+from g2po_bench.sweeps.scheduler import descendants
+
 __all__ = ["REPO", "toy_spec", "run_cli", "start_cli", "slurm_cluster", "stop_slurm_cluster",
            "wait_for", "kill_tree", "descendants", "slurm_wanted", "checkpoint_iteration", "events",
            "assert_complete_run", "metrics_without_timings", "reference_metrics", "TIMING_KEYS"]
@@ -88,27 +90,6 @@ def wait_for(cond, timeout: float, poll: float = 0.1, what: str = "condition"):
             return v
         time.sleep(poll)
     raise TimeoutError(f"{what} not reached within {timeout:.0f} s")
-
-
-def descendants(pid: int) -> list[int]:
-    """All descendants of ``pid`` (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rfind(")") + 2:].split()[1])
-        children.setdefault(ppid, []).append(int(d.name))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        for c in children.get(p, []):
-            out.append(c)
-            todo.append(c)
-    return out
 
 
 def kill_tree(pid: int, sig: int = signal.SIGKILL) -> list[int]:

@@ -168,13 +168,15 @@ def test_seen_eval_games_are_new_games_on_training_floor_plans(tmp_path):
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_a_stop_request_ends_generation_between_games(tmp_path, workers):
+def test_a_stop_request_ends_generation_between_games(tmp_path, workers, dispositions):
     """Under a trainer's signal guard, a stop request (SIGTERM here) ends generation after the
     game (or small chunk) in flight, with ShutdownRequested, not after all the games."""
     import os
     import signal
 
     from g2po_bench.benchmarks.shutdown import GracefulShutdown, ShutdownRequested
+
+    dispositions(signal.SIGTERM, signal.SIG_DFL)
 
     with GracefulShutdown(log=lambda m: None):
         os.kill(os.getpid(), signal.SIGTERM)  # recorded by the guard: a stop request
@@ -186,7 +188,11 @@ def test_a_stop_request_ends_generation_between_games(tmp_path, workers):
 
 
 JOB = r"""
-import sys
+import signal, sys
+# a process started from a terminal, as the test means it (whoever started pytest: nohup's or a
+# script's `&` pass SIGINT on ignored, and the guard would keep it ignored)
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
 from g2po_bench.benchmarks.alfworld.generate import generate_games
 from g2po_bench.benchmarks.shutdown import GracefulShutdown, ShutdownRequested
 with GracefulShutdown(log=lambda m: None):
@@ -222,3 +228,35 @@ def test_the_jobs_signal_to_the_whole_process_group_is_a_stop_not_a_crash(tmp_pa
         stdout, stderr = proc.communicate(timeout=120)
         assert proc.returncode == 0 and stdout.strip() == f"stopped by signal {int(sig)}", (sig, stdout, stderr[-3000:])
         assert "BrokenProcessPool" not in stderr and "Traceback" not in stderr, stderr[-3000:]
+
+
+def test_generation_workers_die_with_a_killed_parent(tmp_path):
+    """SIGKILL to the generating process alone (OOM killer, the end of Slurm's grace time): its
+    pool workers end too (they die with their parent) instead of waiting on the task queue."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from g2po_bench.sweeps.scheduler import ProcessTree
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen([sys.executable, "-c", JOB, str(tmp_path)], cwd=root, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tree = ProcessTree(proc.pid)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and len(list(tmp_path.rglob("game.tw-pddl"))) < 4:
+            time.sleep(0.2)
+        workers = [p for p in tree.alive() if p != proc.pid]
+        assert proc.poll() is None and len(workers) >= 2, workers
+        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.wait(timeout=60) == -signal.SIGKILL
+        deadline = time.time() + 30
+        while time.time() < deadline and tree.alive():
+            time.sleep(0.1)
+        assert tree.alive() == [], tree.describe()
+    finally:
+        for p in tree.alive():
+            os.kill(p, signal.SIGKILL)

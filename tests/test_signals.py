@@ -73,11 +73,13 @@ def test_an_unclosed_pool_does_not_hang_the_interpreter_at_exit():
     assert not any(tp.alive(p) for p in pids)
 
 
-def test_other_forked_children_keep_default_sigterm_and_ignore_the_preemption_signal():
+def test_other_forked_children_keep_default_sigterm_and_ignore_the_preemption_signal(dispositions):
     """The fork hook: a child forked while the trainer's guard is active does not inherit its
     stop-request handler (multiprocessing's terminate() must still end it) and ignores SIGUSR2
     (an inherited Submitit handler would requeue the job from the child)."""
     import multiprocessing as mp
+
+    dispositions(signal.SIGTERM, signal.SIG_DFL)
 
     def child(q):
         q.put((signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
@@ -103,7 +105,8 @@ def test_job_signals_cover_the_schedulers_signals():
 
 
 # ---------------------------------------------------------------------------- the guard
-def test_guard_turns_sigterm_into_a_stop_request_and_exit_status_143():
+def test_guard_turns_sigterm_into_a_stop_request_and_exit_status_143(dispositions):
+    dispositions(signal.SIGTERM, signal.SIG_DFL)
     prev = signal.getsignal(signal.SIGTERM)
     with pytest.raises(Interrupted) as info, GracefulShutdown(log=lambda m: None) as guard:
         check_stop()  # nothing requested: no-op
@@ -138,15 +141,23 @@ def test_guard_calls_the_previous_preemption_handler_at_the_safe_point():
         signal.signal(signal.SIGUSR2, old)
 
 
-def test_guard_keeps_ignored_signals_ignored():
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        with GracefulShutdown(log=lambda m: None) as guard:
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.05)
-            assert guard.requested is None
-    finally:
-        signal.signal(signal.SIGINT, old)
+def test_guard_keeps_ignored_signals_ignored(dispositions):
+    dispositions(signal.SIGINT, signal.SIG_IGN)
+    with GracefulShutdown(log=lambda m: None) as guard:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        assert guard.requested is None
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+
+
+def test_a_guard_told_to_take_ignored_signals_takes_them_and_restores_them(dispositions):
+    """A sweep job's guard: the launcher's shell, not the job, chose to ignore SIGINT."""
+    dispositions(signal.SIGINT, signal.SIG_IGN)
+    with GracefulShutdown(log=lambda m: None, signals=(signal.SIGINT,), take_ignored=True) as guard:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        assert guard.requested == signal.SIGINT
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
 
 
 # ---------------------------------------------------------------------------- real runs

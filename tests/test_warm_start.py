@@ -321,7 +321,8 @@ def test_rl_without_demos_never_plays_a_demonstration_task(tmp_path):
     assert played and not played & demo_ids
 
 
-def test_a_stop_request_during_sft_ends_the_run_cleanly_without_caching_a_half_warm_start(tmp_path, monkeypatch):
+def test_a_stop_request_during_sft_ends_the_run_cleanly_without_caching_a_half_warm_start(tmp_path, monkeypatch,
+                                                                                        dispositions):
     """SIGTERM while the warm start trains: SFT stops at the next batch, nothing enters the cache
     (the staging folder is removed) and the run says "interrupted" before RL started."""
     import os
@@ -331,6 +332,7 @@ def test_a_stop_request_during_sft_ends_the_run_cleanly_without_caching_a_half_w
 
     from g2po_bench.algorithms.backends.local import sft
 
+    dispositions(signal.SIGTERM, signal.SIG_DFL)
     real = sft.supervised_finetune
     calls = []
 

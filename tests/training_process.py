@@ -1,8 +1,9 @@
 """A real training process for signal and kill tests: start it, interrupt it mid-iteration,
 relaunch it, and compare its metrics with an uninterrupted run of the same seed.
 
-``start_training`` runs ``python -m g2po_bench.cli train`` (this checkout's code) in a subprocess.
-With ``job_like=True`` the process first installs the signal handlers a Submitit job has (SIGTERM
+``start_training`` runs ``python -m g2po_bench.cli train`` (this checkout's code) in a subprocess,
+with the signal dispositions of a process started from a terminal (set explicitly: pytest may run
+with SIGINT ignored, and its children would inherit that). With ``job_like=True`` the process first installs the signal handlers a Submitit job has (SIGTERM
 ignored with a log line, as Submitit's ``bypass`` does), so a SIGTERM behaves as under
 ``scancel``: the process is not killed by it, and only the trainer's signal policy
 (benchmarks/shutdown.py) can stop it cleanly. ``signal_job`` sends a signal to the training
@@ -37,6 +38,10 @@ TIMING_KEYS = ("time_s", "iter_s", "rollout_s", "adv_s", "update_s")
 
 _WRAPPER = """
 import signal, sys
+# the dispositions of a process started from a terminal, whoever started the tests
+signal.signal(signal.SIGINT, signal.default_int_handler)
+for sig in (signal.SIGTERM, signal.SIGUSR2, signal.SIGHUP):
+    signal.signal(sig, signal.SIG_DFL)
 if sys.argv[1] == "job":
     # what Submitit's job process does: SIGTERM (and SIGCONT) are bypassed with a log line
     def bypass(signum, frame):

@@ -103,7 +103,7 @@ from g2po_bench.benchmarks.alfworld.games import (
     TASK_TYPES,
     TRAJ_FILE,
 )
-from g2po_bench.benchmarks.shutdown import check_stop
+from g2po_bench.benchmarks.shutdown import check_stop, die_with_parent
 from g2po_bench.core.protocol import Task
 
 __all__ = [
@@ -656,7 +656,7 @@ def generate_games(
             check_stop()
     else:
         _warm_up(scenes)  # forked workers inherit the parsed assets and grammar caches
-        ex = ProcessPoolExecutor(max_workers=n_workers, mp_context=_mp_context())
+        ex = _pool(n_workers)
         size = max(1, min(4, len(jobs) // (4 * n_workers)))
         chunks = iter([jobs[i:i + size] for i in range(0, len(jobs), size)])
         try:
@@ -714,6 +714,16 @@ def _warm_up(scenes: str) -> None:
     for n in _scene_pool(scenes):
         _scene(n)
     pddl_logic.GameLogic(domain=a.domain, grammar=a.grammar)
+
+
+def _pool(n_workers: int) -> ProcessPoolExecutor:
+    """A pool of ``n_workers`` processes that die with this one (:func:`die_with_parent`: a
+    trainer killed with SIGKILL leaves no worker behind, blocked on the task queue). Their signal
+    dispositions are this process's (the fork hook of :mod:`g2po_bench.benchmarks.shutdown` gives them
+    the defaults in place of the trainer's handlers): a signal to the whole process group ends
+    them, and the trainer's own stop request ends generation (``generate_games``)."""
+    return ProcessPoolExecutor(max_workers=n_workers, mp_context=_mp_context(), initializer=die_with_parent,
+                               initargs=(os.getpid(),))
 
 
 def _mp_context():
@@ -875,7 +885,7 @@ def _with_parses(root: Path, *, workers: int, progress: bool) -> Path:
             results = map(_store_parse, games)
         else:
             install_caches()
-            ex = ProcessPoolExecutor(max_workers=n_workers, mp_context=_mp_context())
+            ex = _pool(n_workers)
             results = ex.map(_store_parse, games, chunksize=16)
         try:
             for ok in results:
