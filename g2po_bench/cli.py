@@ -8,7 +8,7 @@
     g2po eval  baseline=react|reflexion|direct [key=value ...]   a prompting baseline's run (baselines/)
     g2po data download {alfworld,webshop,appworld} [--dest DIR]  fetch official data (needs internet)
     g2po data generate alfworld [key=value ...]                  generate the offline ALFWorld games
-    g2po algorithms                                              list estimators and their options
+    g2po algorithms [--module PKG.MOD]                           list estimators and their options
     g2po bench {advantages,alfworld,webshop} [...]               speed benchmarks (estimators, environments)
     g2po config [--preset NAME] [key=value ...]                  print the resolved config
     g2po config baseline=react [key=value ...]                   ... of a baseline run (config.yaml)
@@ -72,8 +72,10 @@ HELP: dict[str, tuple[str, str]] = {
         "  g2po data generate alfworld env.generated_train_games=200   # the embedded default's games",
     ),
     "algorithms": (
-        "List the registered advantage estimators and their options (algorithm.name / algorithm.options).",
-        "  g2po algorithms",
+        "List the registered advantage estimators and their options (algorithm.name / algorithm.options): the "
+        "built-in ones, those of installed packages (entry points 'g2po.estimators') and those of --module.",
+        "  g2po algorithms\n"
+        "  g2po algorithms --module my_package.my_estimator   # an estimator module that is not installed",
     ),
     "report": (
         "Tables and figures from run folders (searched recursively), beside the published numbers. Only "
@@ -170,7 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("benchmark", choices=["alfworld"], help="the benchmark to generate games for")
     _add_config_args(g, "env.generated_train_games=400")
 
-    _subparser(sub, "algorithms", "list registered advantage estimators and their options")
+    p = _subparser(sub, "algorithms", "list registered advantage estimators and their options")
+    p.add_argument("--module", action="append", default=[],
+                   help="import this module first (algorithm.module of a run config); repeatable")
 
     from g2po_bench.analysis.cli import add_report_arguments
 
@@ -188,6 +192,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--sizes", nargs="*", default=None, type=_bench_size,
                    help="'reference' and/or row counts (default: reference batch, 1e5, 1e6)")
     b.add_argument("--repeats", type=_positive_int, default=5)
+    b.add_argument("--estimators", nargs="+", default=None, help="only these estimators (default: all registered)")
+    b.add_argument("--module", action="append", default=[],
+                   help="import this estimator module first (algorithm.module); repeatable")
+    b.add_argument("--no-oracle", action="store_true", help="time the estimators alone")
     for name, text in (("alfworld", "ALFWorld harness steps per second"),
                        ("webshop", "WebShop environment, index and search speed")):
         bsub.add_parser(name, help=text + " (arguments: g2po bench " + name + " --help)")
@@ -347,17 +355,38 @@ def _main(argv: list[str], console) -> int:
 
         return int(run_graph(args))
     if args.command == "algorithms":
-        from g2po_bench.algorithms.registry import describe_estimators
+        from g2po_bench.algorithms.registry import describe_estimators, import_estimator_module
+        from g2po_bench.core.config import ConfigError
 
+        for module in args.module:
+            try:
+                import_estimator_module(module)
+            except ValueError as exc:
+                raise ConfigError(f"--module: {exc}") from None
         print(describe_estimators())
         return 0
     if args.command == "bench":
         if args.bench_command == "advantages":
             from g2po_bench.algorithms.bench import main as bench_main
+            from g2po_bench.algorithms.registry import available_estimators, import_estimator_module
+            from g2po_bench.core.config import ConfigError
 
+            for module in args.module:
+                try:
+                    import_estimator_module(module)
+                except ValueError as exc:
+                    raise ConfigError(f"--module: {exc}") from None
+            unknown = sorted(set(args.estimators or ()) - set(available_estimators()))
+            if unknown:
+                raise ConfigError(f"--estimators: unknown {', '.join(unknown)}; registered: "
+                                  f"{', '.join(available_estimators())}")
             bench_argv = ["--repeats", str(args.repeats)]
             if args.sizes:
                 bench_argv += ["--sizes", *args.sizes]
+            if args.estimators:
+                bench_argv += ["--estimators", *args.estimators]
+            if args.no_oracle:
+                bench_argv.append("--no-oracle")
             return int(bench_main(bench_argv) or 0)
     return 1
 

@@ -40,6 +40,8 @@ __all__ = [
 
 PRESET_DIR = Path(__file__).resolve().parents[1] / "presets"
 RL_TASK_POOLS = ("all", "without_demos")  # train.rl_tasks
+# estimator inputs (algorithms/registry.py INPUTS) that backend=openrlhf cannot supply
+OPENRLHF_LACKS = ("entropies",)
 OLD_LOGPROBS = ("auto", "recompute", "sampler")  # train.old_logprobs
 
 
@@ -125,6 +127,9 @@ class AlgorithmConfig:
 
     ``name`` is a registered estimator (``g2po algorithms`` lists them). ``options`` carries
     estimator-specific extras (ablation switches); unknown ones fail before any work.
+    ``module`` names one more module to import before validation (``pkg.module``: an estimator
+    of a package that is not installed with an entry point; ``docs/extending.md``); None (the
+    default) imports nothing and is left out of the config hash.
     """
 
     name: str = "g2po"
@@ -134,6 +139,7 @@ class AlgorithmConfig:
     invalid_penalty: float = 0.1
     success_reward: float = 10.0
     options: dict[str, Any] = field(default_factory=dict)
+    module: str | None = None
 
 
 @dataclass
@@ -371,6 +377,7 @@ def load_config(
     except OmegaConfBaseException as exc:
         raise ConfigError(_omegaconf_message(exc)) from None
     resolve_auto(cfg)
+    import_algorithm_module(cfg)
     validate_config(cfg)
     resolve_state_key(cfg)
     return cfg
@@ -393,6 +400,23 @@ def resolve_auto(cfg: RunConfig) -> None:
     if cfg.train.old_logprobs == "auto":
         exact = cfg.backend == "local" and cfg.model.dtype == "float32"
         cfg.train.old_logprobs = "sampler" if exact else "recompute"
+
+
+def import_algorithm_module(cfg: RunConfig) -> None:
+    """Import ``algorithm.module`` (when set) so that its estimators are registered before the
+    config is validated (:func:`g2po_bench.algorithms.registry.import_estimator_module`).
+
+    Raises:
+        ConfigError: the module cannot be imported.
+    """
+    if not cfg.algorithm.module:
+        return
+    from g2po_bench.algorithms.registry import import_estimator_module
+
+    try:
+        import_estimator_module(cfg.algorithm.module)
+    except ValueError as exc:
+        raise ConfigError(f"bad value for config key 'algorithm.module': {exc}") from None
 
 
 def resolve_state_key(cfg: RunConfig) -> str:
@@ -485,6 +509,16 @@ def validate_config(cfg: RunConfig) -> None:
         check_options(cfg.algorithm.name, dict(cfg.algorithm.options))
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"bad value for config key 'algorithm.options': {exc}") from None
+    if cfg.backend == "openrlhf":
+        from g2po_bench.algorithms.registry import INPUTS, estimator_inputs
+
+        # inputs the OpenRLHF backend's rollouts (vLLM sampling) do not carry
+        lacking = [k for k in estimator_inputs(cfg.algorithm.name, dict(cfg.algorithm.options))
+                   if k in OPENRLHF_LACKS]
+        need(not lacking, "backend",
+             f"estimator {cfg.algorithm.name!r} needs the input(s) {', '.join(lacking)} "
+             f"({'; '.join(INPUTS[k].description for k in lacking)}), which backend=openrlhf does not "
+             "record (its vLLM sampler reports no entropies); use backend=local")
     need(cfg.backend in ("local", "openrlhf"), "backend", "choose local or openrlhf")
     need(cfg.model.dtype in ("float32", "bfloat16"), "model.dtype", "choose float32 or bfloat16")
     need(cfg.model.device in ("auto", "cpu", "cuda"), "model.device", "choose auto, cpu or cuda")
@@ -551,14 +585,21 @@ def config_to_yaml(cfg: RunConfig) -> str:
 
 
 _NON_SEMANTIC_KEYS = ("run_id", "resume", "progress", "output_dir", "record_graphs")
+# keys added after runs were committed: left out of the hash while at their default, so the
+# run ids of existing configs (e.g. the committed cpu_proxy sweep) do not change
+_HASHED_UNLESS_DEFAULT = {("algorithm", "module"): None}
 
 
 def config_hash(cfg: RunConfig, length: int = 10) -> str:
     """Stable hash of the result-relevant part of the config (ignores run_id, resume, progress,
-    output_dir, record_graphs); two configs with the same hash produce the same run."""
+    output_dir, record_graphs, and ``algorithm.module`` while it is None); two configs with the
+    same hash produce the same run."""
     d = config_to_dict(cfg)
     for k in _NON_SEMANTIC_KEYS:
         d.pop(k, None)
+    for (section, key), default in _HASHED_UNLESS_DEFAULT.items():
+        if d.get(section, {}).get(key, default) == default:
+            d.get(section, {}).pop(key, None)
     blob = json.dumps(d, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:length]
 
