@@ -38,6 +38,10 @@ Closure depth (``closure_depth``, the paper's family; K = inf is the solve above
     V^(K)    = T^K V0;   Q^(K) = B V^(K-1), (B V)(s, a) = beta * sum_x P(x|s, a) V(x)
     A^(K)    = Q^(K) - V^(K)   (K = 0: Q0 - V0, the GiGPO-like local averaging)
 
+Anchors are the environment's reference state key (``state_key="reference"``, G2PO's: the
+observation with the admissible actions, prompt history left out; ``env.state_key=auto``
+resolves to it).
+
 Interpretations made here: the depth family's return is the success indicator discounted
 like the closure (beta^1 at the last step); ``M`` of the solve is the transition matrix of the
 anchors, which equals sum_a mu P (the action only splits the counts). The system is

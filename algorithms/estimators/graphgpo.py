@@ -23,6 +23,9 @@ A_EP is the GRPO episode term (:mod:`g2po_bench.algorithms.estimators.grpo`). Bo
 estimator does not read the common ``algorithm.mode``). gamma_d is ``distance_gamma``: 0.10 on
 ALFWorld (the default), 0.20 on WebShop (``env_defaults``); the common ``gamma`` is not used.
 
+Anchors are the raw observations (``state_key="raw"``: the recipe code builds on verl-agent's
+GiGPO anchor observations; ``env.state_key=auto`` resolves to it).
+
 Interpretations made here: the recipe's failed episodes keep their real last observation as
 the last edge's target; the StepBatch does not carry the observation after an episode's last
 step, so that target is a node of its own, without outgoing edges (unreachable: d = largest
@@ -176,6 +179,7 @@ def oracle_graphgpo(batch: StepBatch, **o) -> np.ndarray:
 
 @register_estimator(
     "graphgpo",
+    state_key="raw",  # anchors: the raw observation, as the verl-agent recipes (GiGPO's anchor_obs)
     options={
         "distance_gamma": 0.10,
         "distance": "absolute",

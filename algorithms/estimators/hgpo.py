@@ -28,6 +28,10 @@ same normalisation (off by default, as the recipe). Defaults: K = ``history_dept
 prompt-history window; the paper also runs K = 4), alpha = 1; mode mean_std_norm on ALFWorld,
 mean_norm on WebShop (the presets' ``algorithm.mode``).
 
+Anchors are the raw observations (``state_key="raw"``: the recipe code builds on verl-agent's
+GiGPO anchor observations; ``env.state_key=auto`` resolves to it, ``env.state_key=reference``
+crosses it with G2PO's key on purpose).
+
 Interpretations made here: "non-zero items" is read literally (an item whose cluster
 normalised to exactly 0 neither adds nor counts in the normaliser); "all returns equal" uses
 the suite's tolerance (std <= 1e-12 (1 + |mean|), :mod:`g2po_bench.algorithms.normalize`).
@@ -126,6 +130,7 @@ def oracle_hgpo(batch: StepBatch, **o) -> np.ndarray:
 
 @register_estimator(
     "hgpo",
+    state_key="raw",  # anchors: the raw observation, as the verl-agent recipes (GiGPO's anchor_obs)
     options={
         "history_depth": 2,
         "alpha": 1.0,
