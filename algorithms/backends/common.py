@@ -299,8 +299,9 @@ def step_table_columns(cfg, rb: RolloutBatch, res: AdvantageResult,
     for key in estimator_inputs(cfg.algorithm.name, estimator_options(cfg)):
         column = INPUTS[key].step_table_column
         attr = INPUTS[key].rollout_attribute
-        if column and attr and column not in columns and len(getattr(rb, attr, ()) or ()) == n:
-            columns[column] = getattr(rb, attr)
+        value = getattr(rb, attr, None) if attr else None
+        if column and column not in columns and value is not None and len(value) == n:
+            columns[column] = value
     if res.returns is not None:
         columns["return"] = res.returns
     options = estimator_options(cfg)
