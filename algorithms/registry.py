@@ -819,15 +819,15 @@ def compute_advantages(name: str, batch: StepBatch, *, inputs: Mapping[str, Any]
 
 
 def describe_estimators() -> str:
-    """A readable listing of every registered estimator: its label, description, inputs, the
-    module that registered it, and its options with defaults and allowed values (what
+    """A readable listing of every registered estimator: its label, description, state-key rule,
+    inputs, the module that registered it, and its options with defaults and allowed values (what
     ``g2po algorithms`` prints)."""
     lines: list[str] = []
     for name in available_estimators():
         spec = _REGISTRY[name]
         label = spec.label if isinstance(spec.label, str) else spec.display_label()
         lines.append(f"{name}: {spec.description}")
-        extra = [f"label {label!r}", f"module {spec.module}"]
+        extra = [f"label {label!r}", f"state key {spec.state_key}", f"module {spec.module}"]
         if not callable(spec.inputs):
             if spec.inputs:
                 extra.append("inputs: " + ", ".join(spec.inputs))
