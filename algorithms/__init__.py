@@ -1,14 +1,17 @@
 """Advantage estimators, losses and trainer backends (DESIGN.md "algorithms/").
 
-Importing this package registers the built-in estimators (``grpo``, ``rloo``, ``gigpo``,
-``g2po``, ``ppo``); it imports nothing heavier than numpy (the torch losses live in
+The estimators live one per module in :mod:`g2po_bench.algorithms.estimators` (``grpo``,
+``rloo``, ``gigpo``, ``g2po``, ``ppo``, ``crbc``, ``hgpo``, ``graphgpo``, ``empg``); the registry
+imports every module of that subpackage, and those of installed packages (entry points
+``g2po.estimators``), on first use, so nothing lists them (``docs/extending.md``). Importing
+this package imports nothing heavier than numpy (the torch losses live in
 :mod:`g2po_bench.algorithms.losses`, imported on demand).
 
-Modules: ``batch`` (the StepBatch), ``registry`` (register / check / estimate),
-``normalize`` (grouped statistics), one module per estimator (``grpo``, ``rloo``, ``gigpo``,
-``g2po``, ``ppo``; equations in their docstrings, semantics in ALGORITHMS.md), ``oracle``
-(per-row reference implementations), ``losses`` (torch), ``synthetic`` (random batches) and
-``bench`` (``python -m g2po_bench.algorithms.bench``). Quick use::
+Modules: ``registry`` (register / discover / check / estimate), ``estimators`` (one module per
+estimator, equations in its docstring, semantics in ALGORITHMS.md), the shared numerics
+``normalize`` (grouped statistics), ``_prep`` (canonical row order), ``_graph`` (successors,
+graph diagnostics) and ``_rowwise`` (helpers of the per-row oracles), ``losses`` (torch),
+``synthetic`` (random batches and inputs) and ``bench`` (``g2po bench advantages``). Quick use::
 
     from g2po_bench.algorithms import estimate
     result = estimate("g2po", batch, mode="mean_norm", step_weight=0.8)
@@ -21,13 +24,12 @@ from g2po_bench.algorithms.registry import (
     check_options,
     compute_advantages,
     estimate,
+    estimator_inputs,
     estimator_options,
     register_estimator,
+    rollout_inputs,
 )
 from g2po_bench.core.batch import StepBatch
-
-# built-in estimators: importing the modules registers them
-from g2po_bench.algorithms import g2po, gigpo, grpo, ppo, rloo  # noqa: E402,F401  isort: skip
 
 __all__ = [
     "StepBatch",
@@ -36,6 +38,8 @@ __all__ = [
     "check_options",
     "compute_advantages",
     "estimate",
+    "estimator_inputs",
     "estimator_options",
     "register_estimator",
+    "rollout_inputs",
 ]

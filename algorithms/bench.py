@@ -1,4 +1,4 @@
-"""Advantage-estimator benchmark: vectorized estimators next to the per-row oracle.
+"""Advantage-estimator benchmark: every registered estimator, next to its per-row oracle.
 
 Source: ALGORITHMS.md "Training loop facts" (the reference batch: 16 task groups x 8 rollouts,
 ALFWorld's 50-step limit; the reference G2PO advantage step costs about 1 s per iteration in
@@ -7,13 +7,16 @@ pure-Python loops). Run::
     python -m g2po_bench.algorithms.bench                      # reference batch, 1e5 and 1e6 rows
     python -m g2po_bench.algorithms.bench --sizes reference 100000 --repeats 5 --json out.json
 
-For every estimator and batch size it reports rows/s and ms per batch of the vectorized
-estimator (median wall time of at least ``repeats`` runs after one warm-up, the minimum, and
-the median CPU time of the process, which a busy shared machine inflates less) and of the per-row oracle
-(:mod:`g2po_bench.algorithms.oracle`, one run), and the speed-up. When the oracle would take longer than
-``oracle_time_limit`` seconds (predicted from its rate on the previous size) it is not run
-and its time is extrapolated linearly from that rate (marked "extrapolated"). Batches come
-from :func:`g2po_bench.algorithms.synthetic.random_step_batch`; PPO gets random critic values.
+For every registered estimator (built-in, installed, or imported with ``--module``) and batch
+size it reports rows/s and ms per batch of the vectorized estimator (median wall time of at
+least ``repeats`` runs after one warm-up, the minimum, and the median CPU time of the process,
+which a busy shared machine inflates less) and of its per-row oracle (registered beside the
+estimator; one run), and the speed-up. An estimator without an oracle is timed alone (oracle
+column "none"). When the oracle would take longer than ``oracle_time_limit`` seconds
+(predicted from its rate on the previous size) it is not run and its time is extrapolated
+linearly from that rate (marked "extrapolated"). Batches come from
+:func:`g2po_bench.algorithms.synthetic.random_step_batch`; the inputs an estimator declares
+(critic values, entropies, texts) from :func:`g2po_bench.algorithms.synthetic.synthetic_inputs`.
 Everything runs in this process on one core (numpy's sort and bincount are single-threaded).
 """
 
@@ -29,9 +32,15 @@ from typing import Any
 
 import numpy as np
 
-from g2po_bench.algorithms.oracle import oracle_estimate
-from g2po_bench.algorithms.registry import available_estimators, estimate
-from g2po_bench.algorithms.synthetic import batch_with_rows, reference_batch
+from g2po_bench.algorithms.registry import (
+    available_estimators,
+    estimate,
+    estimator_inputs,
+    estimator_spec,
+    import_estimator_module,
+    oracle_estimate,
+)
+from g2po_bench.algorithms.synthetic import batch_with_rows, reference_batch, synthetic_inputs
 
 __all__ = ["run_advantage_benchmark", "format_table", "main"]
 
@@ -39,17 +48,14 @@ REFERENCE = "reference"
 
 
 def _make_batch(size: int | str, seed: int):
-
     rng = np.random.default_rng(seed)
     if size == REFERENCE:
         return reference_batch(rng)
     return batch_with_rows(rng, int(size))
 
 
-def _options(name: str, n: int, seed: int) -> dict[str, Any]:
-    if name == "ppo":
-        return {"values": np.random.default_rng(seed + 1).normal(2.0, 2.0, size=n)}
-    return {}
+def _inputs(name: str, batch, seed: int) -> dict[str, Any]:
+    return synthetic_inputs(batch, estimator_inputs(name), np.random.default_rng(seed + 1))
 
 
 def run_advantage_benchmark(
@@ -62,7 +68,7 @@ def run_advantage_benchmark(
     min_time: float = 0.25,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
-    """Time every estimator on batches of the given sizes, next to the per-row oracle.
+    """Time every estimator on batches of the given sizes, next to its per-row oracle.
 
     Args:
         sizes: ``"reference"`` (16 groups x 8 rollouts x up to 50 steps) or a row count (the
@@ -71,7 +77,7 @@ def run_advantage_benchmark(
         repeats: timed runs of the vectorized estimator (median reported), >= 1; more runs
             are made until they add up to ``min_time`` seconds (at most 1000), which steadies
             the figures of small batches.
-        oracle: also time the per-row oracle.
+        oracle: also time the per-row oracle (of the estimators that register one).
         oracle_time_limit: seconds; a longer predicted oracle run is extrapolated instead.
         seed: batch seed.
 
@@ -79,12 +85,12 @@ def run_advantage_benchmark(
         One dict per (size, estimator): ``estimator``, ``size`` (label), ``rows``, ``fast_ms``
         (median wall time), ``fast_ms_min``, ``fast_cpu_ms`` (median CPU time of this process,
         robust to other load on a shared machine), ``fast_runs``, ``fast_rows_per_s`` (from the median), ``oracle_ms``, ``oracle_rows_per_s``, ``speedup`` (oracle / fast;
-        None without oracle), ``oracle`` ("measured" | "extrapolated" | "skipped").
+        None without oracle), ``oracle`` ("measured" | "extrapolated" | "skipped" | "none": the
+        estimator registers no oracle).
 
     Raises:
         ValueError: repeats < 1 or an unknown estimator.
     """
-
     if repeats < 1:
         raise ValueError("repeats must be >= 1")
     names = list(estimators) if estimators is not None else available_estimators()
@@ -97,7 +103,7 @@ def run_advantage_benchmark(
         batch = _make_batch(size, seed)
         n = len(batch)
         for name in names:
-            opts = _options(name, n, seed)
+            opts = {"inputs": _inputs(name, batch, seed)}
             estimate(name, batch, **opts)  # warm-up
             times: list[float] = []
             cpu: list[float] = []
@@ -122,7 +128,9 @@ def run_advantage_benchmark(
                 "speedup": None,
                 "oracle": "skipped",
             }
-            if oracle:
+            if oracle and estimator_spec(name).oracle is None:
+                row["oracle"] = "none"
+            elif oracle:
                 predicted = n / oracle_rate[name] if name in oracle_rate else 0.0
                 if predicted > oracle_time_limit:
                     slow = predicted
@@ -171,7 +179,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--oracle-time-limit", type=float, default=60.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    parser.add_argument("--module", action="append", default=[],
+                        help="import this module first (its estimators join the benchmark); repeatable")
     args = parser.parse_args(argv)
+    for module in args.module:
+        import_estimator_module(module)
     sizes: list[int | str] = [s if s == REFERENCE else int(float(s)) for s in args.sizes]
     rows = run_advantage_benchmark(
         sizes,

@@ -42,6 +42,8 @@ __all__ = [
     "MODES",
     "SegmentStats",
     "factorize",
+    "factorize_texts",
+    "factorize_first_seen",
     "factorize_pairs",
     "pair_key",
     "count_distinct",
@@ -98,6 +100,70 @@ def factorize(keys: np.ndarray) -> tuple[np.ndarray, int]:
     ids = np.empty(n, dtype=np.int64)
     ids[perm] = ids_sorted
     return ids, int(ids_sorted[-1]) + 1
+
+
+_TEXT_HASH_BASE = np.uint64(0x9E3779B97F4A7C15)
+
+
+def factorize_texts(texts: np.ndarray | list) -> tuple[np.ndarray, int]:
+    """Dense ids of strings (e.g. action texts): equal ids for equal strings.
+
+    Exact and deterministic: every string is hashed by a polynomial over its code points
+    (vectorized over the rows, one pass per character position), the hashes are factorized in
+    order of first appearance, and every row is then compared with the first row of its id;
+    should two different strings share a hash, :func:`numpy.unique` (exact, slower) decides
+    instead. Sorting a million fixed-width strings directly takes seconds; this takes a
+    fraction of one.
+
+    Args:
+        texts: (n,) strings: a ``U`` array, an object array or a list of str.
+
+    Returns:
+        ``(ids, k)``: ids (n,) int64 in ``0..k-1`` numbered in order of first appearance;
+        k = number of distinct strings.
+    """
+    arr = np.asarray(texts)
+    if arr.dtype.kind != "U":
+        arr = arr.astype(str)
+    n = arr.shape[0]
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), 0
+    width = arr.dtype.itemsize // 4
+    if width == 0:  # every string empty
+        return np.zeros(n, dtype=np.int64), 1
+    codes = np.ascontiguousarray(arr).view(np.uint32).reshape(n, width)
+    hashes = np.zeros(n, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(width):  # one pass per character position, vectorized over the rows
+            hashes *= _TEXT_HASH_BASE
+            hashes += codes[:, j]
+    ids, k = factorize_first_seen(hashes.view(np.int64))
+    first = np.empty(k, dtype=np.int64)
+    first[ids[::-1]] = np.arange(n - 1, -1, -1, dtype=np.int64)  # first row of each id
+    if not np.array_equal(codes, codes[first[ids]]):  # a hash collision: decide exactly
+        uniq, inv = np.unique(arr, return_inverse=True)
+        return inv.reshape(-1).astype(np.int64, copy=False), int(len(uniq))
+    return ids, k
+
+
+def factorize_first_seen(keys: np.ndarray) -> tuple[np.ndarray, int]:
+    """Dense ids of integer keys numbered in order of first appearance (so they do not
+    depend on the key values themselves, only on which rows are equal).
+
+    Args:
+        keys: (n,) integer array.
+
+    Returns:
+        ``(ids, k)`` as :func:`factorize`.
+    """
+    ids, k = factorize(keys)
+    if k == 0:
+        return ids, 0
+    first = np.empty(k, dtype=np.int64)
+    first[ids[::-1]] = np.arange(len(ids) - 1, -1, -1, dtype=np.int64)
+    rank = np.empty(k, dtype=np.int64)
+    rank[np.argsort(first)] = np.arange(k, dtype=np.int64)
+    return rank[ids], k
 
 
 def factorize_pairs(a: np.ndarray, na: int, b: np.ndarray, nb: int) -> tuple[np.ndarray, int]:

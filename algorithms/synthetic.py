@@ -10,14 +10,15 @@ takes a fraction of a second.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from g2po_bench.core.batch import StepBatch, hash_state_key
 
-__all__ = ["random_step_batch", "reference_batch", "batch_with_rows", "batch_from_trajectories"]
+__all__ = ["random_step_batch", "reference_batch", "batch_with_rows", "batch_from_trajectories",
+           "synthetic_inputs"]
 
 
 def random_step_batch(
@@ -186,3 +187,42 @@ def batch_from_trajectories(
         success=np.asarray(cols["success"], dtype=bool),
         action_valid=np.asarray(cols["action_valid"], dtype=bool),
     )
+
+
+def synthetic_inputs(batch: StepBatch, names: Iterable[str], rng: np.random.Generator, *,
+                     num_actions: int = 3) -> dict[str, np.ndarray]:
+    """Random estimator inputs (:data:`g2po_bench.algorithms.registry.INPUTS`) for a batch:
+    what tests and the benchmark feed an estimator that declares inputs.
+
+    - ``values``: (B,) float64, normal(2, 2) (critic values in return units);
+    - ``entropies``: (B,) float64 >= 0, gamma(2, 0.5) nats;
+    - ``state_texts``: (B,) str, ``"state <key>"`` (one text per state key);
+    - ``action_texts``: (B,) str, ``"action <a>"`` with a uniform in 0..num_actions-1 (so
+      anchors see several distinct actions, as in a real group).
+
+    Args:
+        batch: the StepBatch (B rows).
+        names: the inputs wanted (any subset of the vocabulary).
+        rng: numpy Generator.
+        num_actions: distinct action texts.
+
+    Returns:
+        name -> array; text inputs are fixed-width ``U`` arrays (fast to factorize).
+
+    Raises:
+        ValueError: a name outside the vocabulary.
+    """
+    n = len(batch)
+    out: dict[str, np.ndarray] = {}
+    for name in names:
+        if name == "values":
+            out[name] = rng.normal(2.0, 2.0, size=n)
+        elif name == "entropies":
+            out[name] = rng.gamma(2.0, 0.5, size=n)
+        elif name == "state_texts":
+            out[name] = np.char.add("state ", batch.state_key.astype(str))
+        elif name == "action_texts":
+            out[name] = np.char.add("action ", rng.integers(0, num_actions, size=n).astype(str))
+        else:
+            raise ValueError(f"synthetic_inputs: unknown input {name!r}")
+    return out

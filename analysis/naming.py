@@ -3,31 +3,31 @@
 Everything here is a pure function of the resolved ``config.yaml`` (a nested dict) or of
 constants, so the tables do not depend on folder names.
 
-Method (``method``), from ``algorithm.name`` (+ ``algorithm.mode`` for GiGPO):
-
-=================  ===================================================================
-``ppo``            "PPO (critic)"
-``rloo``           "RLOO"
-``grpo``           "GRPO"
-``gigpo``          "GiGPO w/ std" (mode ``mean_std_norm``) / "GiGPO w/o std" (``mean_norm``)
-``g2po``           "G2PO"
-baseline runs      ``react`` -> "ReAct", ``reflexion`` -> "Reflexion",
-                   ``direct``/``prompting``/``zero_shot`` -> "Qwen2.5 (prompting)"
-anything else      the name as written
-=================  ===================================================================
+Method (``method``): the estimator's registered ``label``
+(:func:`g2po_bench.algorithms.registry.register_estimator`), computed from the run's
+``algorithm`` section: "PPO (critic)", "RLOO", "GRPO", "GiGPO w/ std" (mode ``mean_std_norm``) /
+"GiGPO w/o std" (``mean_norm``), "G2PO", "CRBC", "HGPO", "GraphGPO", "EMPG", and whatever a new
+estimator registers. An estimator that is not registered here (e.g. from a package that is not
+installed) keeps its name as written. Baseline runs: ``react`` -> "ReAct", ``reflexion`` ->
+"Reflexion", ``direct``/``prompting``/``zero_shot`` -> "Qwen2.5 (prompting)".
 
 A run is a *baseline* run when the config has ``kind: baseline`` or a top-level ``baseline``
 key (a name, or a mapping with ``name``); its name is read from ``baseline.name``,
 ``baseline`` (a string), ``name`` or ``algorithm.name``, in that order.
 
 Variant (``variant``): what makes a run differ from the method's main-table setting, as a
-sorted, comma-separated ``key=value`` list ("" for a main-table run): every entry of
-``algorithm.options``; ``w=<step_weight>`` for GiGPO/G2PO when ``step_weight != 1``; and
-``norm=<mode>`` for GRPO/G2PO when ``algorithm.mode`` differs from the environment's
-reference mode (ALFWorld ``mean_std_norm``, WebShop ``mean_norm``; the normalization
-ablation). PPO and RLOO ignore the mode; GiGPO carries it in its name. A WebShop run trained
+sorted, comma-separated ``key=value`` list ("" for a main-table run), read from the registry
+so that a new estimator's variants never collide: every entry of ``algorithm.options``; and
+each common option of the estimator's ``variant_options`` whose value differs from its
+reference value, written ``w=<step_weight>``, ``norm=<mode>`` or ``<option>=<value>``. The
+reference of ``mode`` is the environment's reference mode (ALFWorld ``mean_std_norm``, WebShop
+``mean_norm``; the normalization ablation; no ``norm`` part on other environments); the
+reference of the others is the estimator's default. By default an estimator's variant options
+are the common options its function takes (GRPO: ``mode``, ``invalid_penalty``; G2PO: all
+five; PPO and RLOO ignore the mode; GiGPO carries the mode in its name). A WebShop run trained
 without the WebShop preset keeps the dataclass default ``mean_std_norm`` and so shows up as
-``G2PO [norm=mean_std_norm]``, not in the main row.
+``G2PO [norm=mean_std_norm]``, not in the main row. An unregistered estimator gets every
+common option that differs from :data:`g2po_bench.algorithms.registry.COMMON_OPTIONS`.
 ``method_label`` is ``method`` plus `` [variant]`` when the variant is not empty.
 
 Model size (``model_size``): an explicit ``tags.model_size`` (or top-level ``model_size``) in
@@ -45,14 +45,15 @@ from collections.abc import Mapping
 from pathlib import PurePath
 from typing import Any
 
+from g2po_bench.algorithms.registry import COMMON_OPTIONS, estimator_spec
 from g2po_bench.benchmarks.alfworld.games import TASK_TYPES as ALFWORLD_TASK_TYPES
 
 __all__ = [
     "ALFWORLD_TASK_TYPES",
     "TASK_TYPE_METRIC",
     "METHOD_ORDER",
-    "METHOD_NAMES",
     "BASELINE_NAMES",
+    "VARIANT_KEYS",
     "REFERENCE_MODE",
     "get_path",
     "is_baseline",
@@ -75,13 +76,6 @@ TASK_TYPE_METRIC = {
     "pick_two_obj_and_place": "success_pick2",
 }
 
-METHOD_NAMES = {
-    "ppo": "PPO (critic)",
-    "rloo": "RLOO",
-    "grpo": "GRPO",
-    "g2po": "G2PO",
-}
-GIGPO_NAMES = {"mean_std_norm": "GiGPO w/ std", "mean_norm": "GiGPO w/o std"}
 BASELINE_NAMES = {
     "react": "ReAct",
     "reflexion": "Reflexion",
@@ -89,8 +83,8 @@ BASELINE_NAMES = {
     "prompting": "Qwen2.5 (prompting)",
     "zero_shot": "Qwen2.5 (prompting)",
 }
-#: Estimators whose result depends on ``algorithm.mode`` besides GiGPO (named by it).
-MODE_SENSITIVE = ("grpo", "g2po")
+#: How a common option is written in a variant ("w=0.8", "norm=mean_norm").
+VARIANT_KEYS = {"step_weight": "w", "mode": "norm"}
 #: The advantage-normalization mode of the reference scripts per environment.
 REFERENCE_MODE = {"alfworld": "mean_std_norm", "webshop": "mean_norm"}
 
@@ -108,6 +102,10 @@ METHOD_ORDER = (
     "GiGPO w/o std",
     "GiGPO",
     "G2PO",
+    "GraphGPO",
+    "HGPO",
+    "CRBC",
+    "EMPG",
 )
 
 _SIZE_RE = re.compile(r"(?:^|[-_ .])(\d+(?:\.\d+)?)[bB](?=$|[-_ .])")
@@ -136,17 +134,34 @@ def _baseline_name(cfg: Mapping[str, Any]) -> str:
     return "baseline"
 
 
+def _estimator_spec(name: str):
+    """The registry entry of ``name``, or None when it is not registered here."""
+    try:
+        return estimator_spec(name)
+    except ValueError:
+        return None
+
+
+def _algorithm_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's common options (those present) and explicit ``algorithm.options``."""
+    algo = get_path(cfg, "algorithm") or {}
+    out = {k: algo[k] for k in COMMON_OPTIONS if isinstance(algo, Mapping) and k in algo}
+    options = get_path(cfg, "algorithm.options") or {}
+    if isinstance(options, Mapping):
+        out.update(options)
+    return out
+
+
 def method_name(cfg: Mapping[str, Any]) -> str:
     """The table row name of a run (see the module docstring)."""
     if is_baseline(cfg):
         raw = _baseline_name(cfg)
         return BASELINE_NAMES.get(raw.lower(), raw)
     name = str(get_path(cfg, "algorithm.name", "") or "")
-    key = name.lower()
-    if key == "gigpo":
-        mode = get_path(cfg, "algorithm.mode", "mean_std_norm")
-        return GIGPO_NAMES.get(mode, f"GiGPO ({mode})")
-    return METHOD_NAMES.get(key, name or "unknown")
+    spec = _estimator_spec(name) or _estimator_spec(name.lower())
+    if spec is None:
+        return name or "unknown"
+    return spec.display_label(_algorithm_options(cfg))
 
 
 def _fmt_value(v: Any) -> str:
@@ -161,6 +176,14 @@ def _fmt_value(v: Any) -> str:
     return str(v)
 
 
+def _differs(value: Any, reference: Any) -> bool:
+    if isinstance(value, bool) or isinstance(reference, bool):
+        return value != reference
+    if isinstance(value, (int, float)) and isinstance(reference, (int, float)):
+        return not math.isclose(float(value), float(reference))
+    return value != reference
+
+
 def variant_of(cfg: Mapping[str, Any]) -> str:
     """The variant string of a run ("" for a main-table run; see the module docstring)."""
     if is_baseline(cfg):
@@ -169,14 +192,24 @@ def variant_of(cfg: Mapping[str, Any]) -> str:
     options = get_path(cfg, "algorithm.options") or {}
     if isinstance(options, Mapping):
         parts.extend(f"{k}={_fmt_value(v)}" for k, v in options.items())
-    algo = str(get_path(cfg, "algorithm.name", "") or "").lower()
-    w = get_path(cfg, "algorithm.step_weight")
-    if algo in ("gigpo", "g2po") and isinstance(w, (int, float)) and not math.isclose(float(w), 1.0):
-        parts.append(f"w={float(w):g}")
-    mode = get_path(cfg, "algorithm.mode")
+    name = str(get_path(cfg, "algorithm.name", "") or "")
+    spec = _estimator_spec(name) or _estimator_spec(name.lower())
+    common = spec.variant_options if spec is not None else tuple(COMMON_OPTIONS)
+    defaults = spec.defaults if spec is not None else COMMON_OPTIONS
     env = get_path(cfg, "env.name")
-    if algo in MODE_SENSITIVE and mode and env in REFERENCE_MODE and mode != REFERENCE_MODE[env]:
-        parts.append(f"norm={mode}")
+    for opt in common:
+        value = get_path(cfg, f"algorithm.{opt}")
+        if value is None:
+            continue
+        if opt == "mode":
+            if env not in REFERENCE_MODE:
+                continue
+            reference = REFERENCE_MODE[env]
+        else:
+            reference = defaults[opt]
+        if _differs(value, reference):
+            key = VARIANT_KEYS.get(opt, opt)
+            parts.append(f"{key}={float(value):g}" if opt == "step_weight" else f"{key}={_fmt_value(value)}")
     return ", ".join(sorted(parts))
 
 

@@ -1,7 +1,9 @@
 """The published numbers of the G2PO and GiGPO papers, as machine-readable tables.
 
 Source: ``../shared/reference/PAPER_RESULTS.md`` (G2PO, arXiv 2606.22995, Tables 1 and 2;
-GiGPO, arXiv 2505.10978, Table 1; the other published figures). The CSV files in this folder
+GiGPO, arXiv 2505.10978, Table 1; the other published figures) and ``../shared/ALGORITHMS.md``
+"Newer step-level estimators (2026)" (the CRBC paper, arXiv 2609.35082: its comparison of
+GRPO, GiGPO, GraphGPO, HGPO and CRBC and its CRBC ablations). The CSV files in this folder
 live in ``results/reference/`` and are shipped as the data package ``g2po_bench.published`` (``setup.py``); :func:`load_reference` reads
 them all into one long table.
 
@@ -14,17 +16,23 @@ Files:
 - ``table2_appworld.csv``: the G2PO paper's Table 2 (AppWorld, Qwen2.5-14B-Instruct).
 - ``other_published.csv``: the w sweep, the group-size statistics, compute per step and an
   independent single-seed rerun (not a paper number; ``paper == "independent rerun"``).
+- ``crbc_2026.csv``: the CRBC paper's comparison (table "CRBC comparison": ALFWorld All and
+  WebShop score/success, 1.5B) and its ablations of CRBC (table "CRBC ablations": closure depth
+  K, beta, (w_G, w_S); method named like the suite's variant label, e.g.
+  "CRBC [closure_depth=0]"), shown by ``g2po report`` beside our runs.
 
 Columns (one row per published cell, "long" format):
 
 ==============  ===========================================================================
-paper           "G2PO" | "GiGPO" | "independent rerun"
-table           "Table 1" | "Table 2" | a free label for the other figures ("w sweep", ...)
+paper           "G2PO" | "GiGPO" | "CRBC" | "independent rerun"
+table           "Table 1" | "Table 2" | "CRBC comparison" | "CRBC ablations" | a free label for
+                the other figures ("w sweep", ...)
 model           the model as printed, e.g. "Qwen2.5-1.5B-Instruct", "GPT-4o"
 model_size      "1.5B" | "7B" | "14B" | "closed-source" | "" (not stated)
 method          the project's method name: "PPO (critic)", "RLOO", "GRPO", "GiGPO w/ std",
                 "GiGPO w/o std", "GiGPO" (variant not stated), "G2PO", "ReAct", "Reflexion",
-                "Qwen2.5 (prompting)", "GPT-4o", "Gemini-2.5-Pro"
+                "Qwen2.5 (prompting)", "GPT-4o", "Gemini-2.5-Pro", "GraphGPO", "HGPO", "CRBC",
+                or a variant label "CRBC [beta=1]" (ablations)
 env             "alfworld" | "webshop" | "appworld" | "" (not stated)
 metric          success_pick, success_look, success_clean, success_heat, success_cool,
                 success_pick2, success_all (ALFWorld, %), webshop_score (mean reward x 100),

@@ -8,7 +8,9 @@ Table 1 and Table 2 beside the published numbers (:mod:`g2po_bench.analysis.tabl
 - ``report.md``: the tables, the per-cell 95 % bootstrap intervals, the IQM aggregate, the
   ablation/variant table (if any), the figures, and "What is missing" (published cells with no
   run yet, skipped runs and why, runs in progress, warnings, figures not drawn);
-- ``table1.md``, ``table1.tex``, ``table2.md``, ``table2.tex`` (and ``variants.*``);
+- ``table1.md``, ``table1.tex``, ``table2.md``, ``table2.tex``, ``step_2026.*`` (the 2026
+  step-level estimators beside the CRBC paper's comparison), ``crbc_ablations.*`` (our CRBC
+  variants beside the paper's ablations) (and ``variants.*``);
 - ``runs.csv`` (the runs frame), ``cells.csv`` (aggregated cells with CIs),
   ``table1_cells.csv``/``table2_cells.csv`` (ours, reference and difference, numeric);
 - ``figures/*.png``, including one state graph per G2PO run that recorded step tables
@@ -46,7 +48,16 @@ from g2po_bench.analysis.graph_cli import report_state_graphs
 from g2po_bench.analysis.load import LoadedRuns, load_runs, mark_short_runs
 from g2po_bench.analysis.naming import method_sort_key, model_size_sort_key
 from g2po_bench.analysis.reference import load_reference
-from g2po_bench.analysis.tables import MISSING, TABLE1, TABLE2, Table, build_table, format_ours
+from g2po_bench.analysis.tables import (
+    MISSING,
+    TABLE1,
+    TABLE2,
+    TABLE_CRBC_ABLATIONS,
+    TABLE_STEP_2026,
+    Table,
+    build_table,
+    format_ours,
+)
 from g2po_bench.core.config import TrainConfig
 
 __all__ = ["ReportResult", "build_report", "DEFAULT_MIN_ITERATIONS"]
@@ -120,6 +131,9 @@ def build_report(
     tables: dict[str, Table] = {
         "table1": build_table(cells, reference, TABLE1),
         "table2": build_table(cells, reference, TABLE2),
+        "step_2026": build_table(cells, reference, TABLE_STEP_2026, digits=2),
+        "crbc_ablations": build_table(_ablation_cells(cells, reference, TABLE_CRBC_ABLATIONS), reference,
+                                      TABLE_CRBC_ABLATIONS, include_variants=True, digits=2),
     }
     has_variants = len(cells) and (cells["variant"].fillna("") != "").any()
     if has_variants:
@@ -160,6 +174,17 @@ def build_report(
     path = out / "report.md"
     path.write_text(text, encoding="utf-8")
     return ReportResult(path, loaded, cells, tables, figs)
+
+
+def _ablation_cells(cells: pd.DataFrame, reference: pd.DataFrame | None, spec) -> pd.DataFrame:
+    """Our cells of the methods whose ablations ``spec``'s published table holds (the row name
+    before `` [``), variants included: the rows that can stand beside those published values."""
+    if cells is None or cells.empty or reference is None or reference.empty:
+        return cells.iloc[0:0] if cells is not None else pd.DataFrame()
+    published = reference[reference["table"] == spec.reference_table]["method"]
+    bases = {m.split(" [", 1)[0] for m in published}
+    keep = cells["method_label"].map(lambda m: str(m).split(" [", 1)[0] in bases)
+    return cells[keep]
 
 
 # ---------------------------------------------------------------------------- rendering
@@ -290,7 +315,7 @@ def _provenance_lines(runs: pd.DataFrame) -> list[str]:
 
 def _missing_lines(tables: dict[str, Table]) -> list[str]:
     lines = []
-    for name in ("table1", "table2"):
+    for name in ("table1", "table2", "step_2026", "crbc_ablations"):
         t = tables.get(name)
         if t is None:
             continue
@@ -341,10 +366,12 @@ def _render(
         f"transcriptions; {MISSING} = no run / nothing published (never 0); * = includes runs still in progress; "
         f"† = includes a short run (fewer RL iterations than {min_iterations or DEFAULT_MIN_ITERATIONS} or than the "
         "longest run of its environment and model size here; listed under What is missing). "
-        "The published RL baseline rows are from GiGPO's Table 1 (150 iterations); G2PO trained 100.",
+        "The 2026 table's published rows are the CRBC paper's (arXiv 2609.35082; its own runs of GRPO, "
+        "GiGPO, GraphGPO and HGPO beside CRBC, 1.5B); its ablation rows are named like our variants.",
         "",
     ]
-    for name, title in (("table1", TABLE1.title), ("table2", TABLE2.title)):
+    for name, title in (("table1", TABLE1.title), ("table2", TABLE2.title),
+                        ("step_2026", TABLE_STEP_2026.title), ("crbc_ablations", TABLE_CRBC_ABLATIONS.title)):
         t = tables[name]
         md += [f"## {title}", "", t.to_markdown().rstrip("\n"), ""]
         for note in t.notes:

@@ -45,7 +45,13 @@ import networkx as nx
 import numpy as np
 import pandas as pd
 
-from g2po_bench.algorithms.registry import COMMON_OPTIONS, estimate, estimator_spec
+from g2po_bench.algorithms.registry import (
+    COMMON_OPTIONS,
+    INPUTS,
+    estimate,
+    estimator_inputs,
+    estimator_spec,
+)
 from g2po_bench.core.batch import StepBatch
 from g2po_bench.core.steptable import StepTable
 
@@ -134,7 +140,9 @@ def recompute(table: StepTable, estimator: str, options: dict[str, Any] | None =
 
     The common options (mode, gamma, step weight, penalty, success reward) are the run's; the
     run's estimator-specific options are kept only when ``estimator`` is the run's own; then
-    ``options`` override. Critic estimators (PPO) need the recorded ``critic_value`` column.
+    ``options`` override. The estimator's declared inputs (:data:`g2po_bench.algorithms.registry.INPUTS`)
+    come from their step-table columns (``critic_value``, ``entropy``, ``action``: the action
+    texts as recorded, at most 80 characters); an input the table lacks is an error.
 
     Args:
         table: the step table.
@@ -145,7 +153,8 @@ def recompute(table: StepTable, estimator: str, options: dict[str, Any] | None =
         ``(AdvantageResult, StepBatch)``; the result is in the table's row order.
 
     Raises:
-        ValueError: unknown estimator or option; PPO on a run that recorded no critic values.
+        ValueError: unknown estimator or option; an input the run did not record (e.g. PPO on a
+            run without critic values).
     """
 
     spec = estimator_spec(estimator)
@@ -155,15 +164,19 @@ def recompute(table: StepTable, estimator: str, options: dict[str, Any] | None =
         opts.update(run_opts)
     opts.update(options or {})
     opts = {k: v for k, v in opts.items() if k in spec.defaults}
-    if "values" in spec.defaults:
-        if "critic_value" not in table.frame.columns:
+    inputs = {}
+    for key in estimator_inputs(estimator, opts):
+        column = INPUTS[key].step_table_column
+        if column is None or column not in table.frame.columns:
             raise ValueError(
-                f"{estimator} needs critic values V(s_t), and this run ({table.estimator}) recorded "
-                "none (only critic runs do); compare with a critic-free estimator (g2po, gigpo, grpo, rloo)"
+                f"{estimator} needs the input {key!r} ({INPUTS[key].description}), and this run "
+                f"({table.estimator}) did not record it in its step table; compare with an estimator "
+                "that needs no such input (g2po, gigpo, grpo, rloo)"
             )
-        opts["values"] = table.frame["critic_value"].to_numpy(np.float64)
+        col = table.frame[column]
+        inputs[key] = col.to_numpy(np.float64) if INPUTS[key].kind == "float" else col.astype(str).to_numpy()
     batch = _step_batch(table.frame)
-    return estimate(estimator, batch, **opts), batch
+    return estimate(estimator, batch, inputs=inputs, **opts), batch
 
 
 def compared_rows(table: StepTable, group: int, estimator: str) -> GroupRows:

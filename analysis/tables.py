@@ -47,6 +47,8 @@ __all__ = [
     "Table",
     "TABLE1",
     "TABLE2",
+    "TABLE_STEP_2026",
+    "TABLE_CRBC_ABLATIONS",
     "MISSING",
     "build_table",
     "format_ours",
@@ -94,6 +96,19 @@ TABLE2 = TableSpec(
     "Table 2: AppWorld (success %, score)",
     "Table 2",
     (("AppWorld Success", "appworld_success"), ("AppWorld Score", "appworld_score")),
+)
+
+TABLE_STEP_2026 = TableSpec(
+    "step_2026",
+    "The 2026 step-level estimators: ALFWorld All and WebShop (score, success %), beside the CRBC paper's comparison",
+    "CRBC comparison",
+    (("ALFWorld All", "success_all"), ("WebShop Score", "webshop_score"), ("WebShop Succ.", "webshop_success")),
+)
+TABLE_CRBC_ABLATIONS = TableSpec(
+    "crbc_ablations",
+    "CRBC ablations (closure depth K, beta, (w_G, w_S)): ALFWorld All, beside the CRBC paper's",
+    "CRBC ablations",
+    (("ALFWorld All", "success_all"),),
 )
 
 #: Our method name -> published row name to compare with when no exact published row exists.

@@ -31,6 +31,9 @@ class Generation:
             ``"length"``, ... where the backend reports one).
         logprobs: per response token, its log-probability under the distribution the sampler
             drew it from (None when the backend does not report it, or for greedy decoding).
+        entropies: per response token, the entropy (nats) of the distribution the sampler drew
+            it from (None when the backend does not report it, or for greedy decoding); the
+            estimator input ``entropies`` is their mean per step (EMPG).
     """
 
     text: str
@@ -38,6 +41,7 @@ class Generation:
     response_ids: list[int] = field(default_factory=list)
     info: dict = field(default_factory=dict)
     logprobs: list[float] | None = None
+    entropies: list[float] | None = None
 
 
 def response_was_cut(gen: Generation) -> bool:

@@ -86,6 +86,9 @@ class RolloutBatch:
             (``Generation.logprobs``) or None where the policy does not report them.
         actions: B action texts sent to the environment (the parser's choice; for an invalid
             output, the parser's fallback text); empty when the producer did not record them.
+        entropies: (B,) float64, the mean token entropy (nats) of each step's response under
+            the sampling policy (``Generation.entropies``; the estimator input ``entropies``),
+            NaN where the policy does not report it; empty when the producer did not record it.
     """
 
     steps: StepBatch
@@ -98,6 +101,7 @@ class RolloutBatch:
     trajectories: list[dict[str, Any]] = field(default_factory=list)
     sampler_logprobs: list[list[float] | None] = field(default_factory=list)
     actions: list[str] = field(default_factory=list)
+    entropies: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float64))
 
     @property
     def state_labels(self) -> list[str]:
@@ -210,6 +214,7 @@ def collect_rollouts(
                 "reward": success_reward if o.won else 0.0,
                 "prompt_ids": gen.prompt_ids, "response_ids": gen.response_ids, "response": gen.text,
                 "logprobs": gen.logprobs,
+                "entropy": _mean_entropy(gen),
                 "action": p.action,
                 "prompt_truncated": bool(gen.info.get("prompt_truncated", False)),
                 "response_truncated": response_was_cut(gen),
@@ -265,7 +270,17 @@ def collect_rollouts(
         trajectories=trajectories,
         sampler_logprobs=[r["logprobs"] for r in rows],
         actions=[r["action"] for r in rows],
+        entropies=np.array([r["entropy"] for r in rows], dtype=np.float64),
     )
+
+
+def _mean_entropy(gen) -> float:
+    """Mean of ``gen.entropies`` over the response tokens; NaN when not reported (an empty
+    response has entropy 0: nothing was sampled)."""
+    ents = getattr(gen, "entropies", None)
+    if ents is None:
+        return float("nan")
+    return float(np.mean(ents)) if len(ents) else 0.0
 
 
 def success_by_task_type(trajectories: Sequence[dict[str, Any]]) -> dict[str, float]:

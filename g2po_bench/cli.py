@@ -8,7 +8,7 @@
     g2po eval  baseline=react|reflexion|direct [key=value ...]   a prompting baseline's run (baselines/)
     g2po data download BENCHMARK [--dest DIR]                  fetch official data (needs internet)
     g2po data generate BENCHMARK [key=value ...]               generate the embedded default's tasks offline
-    g2po algorithms                                              list estimators and their options
+    g2po algorithms [--module PKG.MOD]                           list estimators and their options
     g2po bench {advantages,BENCHMARK} [...]                      speed benchmarks (estimators, environments)
     g2po config [--preset NAME] [key=value ...]                  print the resolved config
     g2po config baseline=react [key=value ...]                   ... of a baseline run (config.yaml)
@@ -33,7 +33,11 @@ from rich.console import Console
 from rich.markup import escape
 
 from g2po_bench.algorithms.bench import main as bench_main
-from g2po_bench.algorithms.registry import describe_estimators
+from g2po_bench.algorithms.registry import (
+    available_estimators,
+    describe_estimators,
+    import_estimator_module,
+)
 from g2po_bench.analysis.cli import add_report_arguments, run_report
 from g2po_bench.analysis.graph_cli import add_graph_arguments, run_graph
 from g2po_bench.analysis.pictures import AnalysisPictures
@@ -98,8 +102,10 @@ HELP: dict[str, tuple[str, str]] = {
         "  g2po data generate alfworld env.generated_train_games=200   # the embedded default's games",
     ),
     "algorithms": (
-        "List the registered advantage estimators and their options (algorithm.name / algorithm.options).",
-        "  g2po algorithms",
+        "List the registered advantage estimators and their options (algorithm.name / algorithm.options): the "
+        "built-in ones, those of installed packages (entry points 'g2po.estimators') and those of --module.",
+        "  g2po algorithms\n"
+        "  g2po algorithms --module my_package.my_estimator   # an estimator module that is not installed",
     ),
     "report": (
         "Tables and figures from run folders (searched recursively), beside the published numbers. Only "
@@ -199,7 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the benchmark to generate tasks for")
     _add_config_args(g, "env.generated_train_games=400")
 
-    _subparser(sub, "algorithms", "list registered advantage estimators and their options")
+    p = _subparser(sub, "algorithms", "list registered advantage estimators and their options")
+    p.add_argument("--module", action="append", default=[],
+                   help="import this module first (algorithm.module of a run config); repeatable")
 
 
     p = _subparser(sub, "report", "tables and figures from run folders, beside the published numbers")
@@ -215,6 +223,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--sizes", nargs="*", default=None, type=_bench_size,
                    help="'reference' and/or row counts (default: reference batch, 1e5, 1e6)")
     b.add_argument("--repeats", type=_positive_int, default=5)
+    b.add_argument("--estimators", nargs="+", default=None, help="only these estimators (default: all registered)")
+    b.add_argument("--module", action="append", default=[],
+                   help="import this estimator module first (algorithm.module); repeatable")
+    b.add_argument("--no-oracle", action="store_true", help="time the estimators alone")
     for bench in all_benchmarks():
         if type(bench).speed_benchmark is not Benchmark.speed_benchmark:
             bsub.add_parser(bench.name, help=f"{bench.name}: environment speed (arguments: g2po bench {bench.name} --help)")
@@ -355,13 +367,31 @@ def _main(argv: list[str], console) -> int:
     if args.command == "graph":
         return int(run_graph(args))
     if args.command == "algorithms":
+        for module in args.module:
+            try:
+                import_estimator_module(module)
+            except ValueError as exc:
+                raise ConfigError(f"--module: {exc}") from None
         print(describe_estimators())
         return 0
     if args.command == "bench":
         if args.bench_command == "advantages":
+            for module in args.module:
+                try:
+                    import_estimator_module(module)
+                except ValueError as exc:
+                    raise ConfigError(f"--module: {exc}") from None
+            unknown = sorted(set(args.estimators or ()) - set(available_estimators()))
+            if unknown:
+                raise ConfigError(f"--estimators: unknown {', '.join(unknown)}; registered: "
+                                  f"{', '.join(available_estimators())}")
             bench_argv = ["--repeats", str(args.repeats)]
             if args.sizes:
                 bench_argv += ["--sizes", *args.sizes]
+            if args.estimators:
+                bench_argv += ["--estimators", *args.estimators]
+            if args.no_oracle:
+                bench_argv.append("--no-oracle")
             return int(bench_main(bench_argv) or 0)
     return 1
 

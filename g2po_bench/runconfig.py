@@ -13,9 +13,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from g2po_bench.algorithms.registry import available_estimators, check_options, estimator_spec
+from g2po_bench.algorithms.registry import (
+    INPUTS,
+    available_estimators,
+    check_options,
+    estimator_inputs,
+    estimator_spec,
+    import_estimator_module,
+)
 from g2po_bench.benchmarks.registry import benchmark_names, get_benchmark, preset_file, preset_files
-from g2po_bench.core.config import ConfigError, RunConfig, parse_config, require
+from g2po_bench.core.config import OPENRLHF_LACKS, ConfigError, RunConfig, parse_config, require
 
 __all__ = ["load_config", "check_run_config", "resolve_state_key", "preset_names"]
 
@@ -58,7 +65,8 @@ def load_config(
 
 def check_run_config(cfg: RunConfig) -> None:
     """The checks a schema cannot do: ``env.name`` is a registered benchmark and its own settings
-    hold, ``algorithm.name`` is a registered estimator and its options hold; resolves
+    hold, ``algorithm.module`` (if set) imports, ``algorithm.name`` is a registered estimator, its
+    options hold and the backend records the inputs it declares; resolves
     ``env.prompt=auto`` (the benchmark's default style) and ``env.state_key=auto`` (the
     estimator's rule), in place.
 
@@ -71,6 +79,11 @@ def check_run_config(cfg: RunConfig) -> None:
     if cfg.env.prompt == "auto":
         cfg.env.prompt = bench.default_prompt_style(cfg)
     bench.validate_config(cfg)
+    if cfg.algorithm.module:
+        try:
+            import_estimator_module(cfg.algorithm.module)
+        except ValueError as exc:
+            raise ConfigError(f"bad value for config key 'algorithm.module': {exc}") from None
     estimators = available_estimators()
     require(cfg.algorithm.name in estimators, "algorithm.name",
             f"{cfg.algorithm.name!r}; registered estimators: {', '.join(estimators)}")
@@ -78,6 +91,13 @@ def check_run_config(cfg: RunConfig) -> None:
         check_options(cfg.algorithm.name, dict(cfg.algorithm.options))
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"bad value for config key 'algorithm.options': {exc}") from None
+    if cfg.backend == "openrlhf":
+        # inputs the OpenRLHF backend's rollouts (vLLM sampling) do not carry
+        lacking = [k for k in estimator_inputs(cfg.algorithm.name, dict(cfg.algorithm.options)) if k in OPENRLHF_LACKS]
+        require(not lacking, "backend",
+                f"estimator {cfg.algorithm.name!r} needs the input(s) {', '.join(lacking)} "
+                f"({'; '.join(INPUTS[k].description for k in lacking)}), which backend=openrlhf does not "
+                "record (its vLLM sampler reports no entropies); use backend=local")
     resolve_state_key(cfg)
 
 

@@ -3,7 +3,7 @@
 Properties (ALGORITHMS.md semantics): the row order and the labels of groups, trajectories and
 state keys do not matter; w = 0 turns G2PO into GRPO; GiGPO without repeated states is GRPO;
 no NaN/inf for any input (one-row groups, constant rewards included); the vectorized estimators
-equal the per-row oracle (algorithms/oracle.py) to 1e-9 for every estimator and every ablation
+equal the per-row oracle registered beside each estimator to 1e-9 for every estimator and every ablation
 setting.
 """
 
@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from g2po_bench.algorithms import estimate
-from g2po_bench.algorithms.oracle import oracle_estimate
+from g2po_bench.algorithms.registry import oracle_estimate
 from g2po_bench.algorithms.synthetic import random_step_batch
 from g2po_bench.core.batch import StepBatch
 
@@ -257,7 +257,7 @@ def test_similarity_grouping_matches_oracle(small_batches):
         texts = [f"you are at the {words[int(k) % len(words)]}" + ("" if rng.random() < 0.6 else "!")
                  for k in batch.state_key]
         for threshold in (0.5, 0.9, 0.97, 1.0):
-            opts = dict(grouping="similarity", state_text=texts, similarity_threshold=threshold)
+            opts = dict(grouping="similarity", state_texts=texts, similarity_threshold=threshold)
             np.testing.assert_allclose(
                 estimate("gigpo", batch, **opts).advantages,
                 oracle_estimate("gigpo", batch, **opts)[0], **TOL)

@@ -204,18 +204,18 @@ def test_gigpo_similarity_grouping():
     # rows 0 and 2 differ in one character out of 23 (ratio ~0.957) -> same step group at
     # threshold 0.95: G = 9.5 vs 0 -> +-4.75; rows 1 and 3 are singletons -> 0.
     # Episode term +-5.
-    adv = compute_advantages("gigpo", b, mode="mean_norm", grouping="similarity", state_text=texts)
+    adv = compute_advantages("gigpo", b, mode="mean_norm", grouping="similarity", state_texts=texts)
     close(adv, [9.75, 5, -9.75, -5])
     # exact grouping on the (distinct) keys gives GRPO
     close(compute_advantages("gigpo", b, mode="mean_norm"), [5, 5, -5, -5])
     # at threshold 1.0 only identical texts group
     adv = compute_advantages("gigpo", b, mode="mean_norm", grouping="similarity",
-                             state_text=texts, similarity_threshold=1.0)
+                             state_texts=texts, similarity_threshold=1.0)
     close(adv, [5, 5, -5, -5])
-    with pytest.raises(ValueError, match="state_text"):
+    with pytest.raises(ValueError, match="state_texts"):
         compute_advantages("gigpo", b, grouping="similarity")
     with pytest.raises(ValueError, match="one string per row"):
-        compute_advantages("gigpo", b, grouping="similarity", state_text=texts[:3])
+        compute_advantages("gigpo", b, grouping="similarity", state_texts=texts[:3])
 
 
 # --------------------------------------------------------------------------- G2PO
@@ -482,4 +482,4 @@ def test_empty_batch():
         res = estimate(name, empty)
         assert res.advantages.shape == (0,) and res.advantages.dtype == np.float64
     assert estimate("ppo", empty, values=np.zeros(0)).returns.shape == (0,)
-    assert estimate("gigpo", empty, grouping="similarity", state_text=[]).advantages.shape == (0,)
+    assert estimate("gigpo", empty, grouping="similarity", state_texts=[]).advantages.shape == (0,)

@@ -35,6 +35,7 @@ if importlib.util.find_spec("openrlhf") is None:  # pragma: no cover - depends o
 
 from fake_rollouts import TOY, act, toy_rollouts  # noqa: E402
 
+from g2po_bench.algorithms.backends.common import estimator_inputs_of  # noqa: E402
 from g2po_bench.algorithms.backends.common import estimator_options as local_estimator_options  # noqa: E402
 from g2po_bench.algorithms.registry import estimate  # noqa: E402
 from g2po_bench.benchmarks.rollout import collect_rollouts  # noqa: E402
@@ -228,7 +229,7 @@ def test_experience_maker_writes_the_registry_advantages_on_action_tokens(orl, n
     assert args.algo.advantage.gamma == 1.0  # OpenRLHF's gamma handling is bypassed, ours (0.95) is used
     if name == "ppo":
         np.testing.assert_array_equal(maker.values, v_rows)
-    local = estimate(name, rb.steps, **local_estimator_options(cfg, rb, v_rows))
+    local = estimate(name, rb.steps, inputs=estimator_inputs_of(cfg, rb, v_rows), **local_estimator_options(cfg))
     for e in exps:
         assert e.kl is None
         for j, pos in enumerate(e.index):

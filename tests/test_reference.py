@@ -30,7 +30,7 @@ def cell(ref, size, method, metric, table="Table 1"):
 
 def test_files_are_the_data_of_results_reference():
     files = reference_files()
-    assert files == ["other_published.csv", "table1_alfworld_webshop.csv", "table2_appworld.csv"]
+    assert files == ["crbc_2026.csv", "other_published.csv", "table1_alfworld_webshop.csv", "table2_appworld.csv"]
     for f in files:
         assert (Path(__file__).resolve().parents[1] / "results" / "reference" / f).is_file()
 
@@ -121,3 +121,34 @@ def test_gigpo_rows_match_paper_results_md(ref):
                 assert math.isnan(r["std"])
             checked += 1
     assert checked == 18 * 9
+
+
+def test_crbc_paper_numbers(ref):
+    """ALGORITHMS.md "CRBC": the paper's comparison (ALFWorld All, WebShop; 1.5B) and ablations."""
+    comp = ref[ref["table"] == "CRBC comparison"]
+    alf = comp[comp["metric"] == "success_all"].set_index("method")["mean"].to_dict()
+    assert alf == {"GRPO": 77.73, "GiGPO": 89.32, "GraphGPO": 90.10, "HGPO": 90.50, "CRBC": 96.09}
+    ws = comp[comp["env"] == "webshop"].set_index(["method", "metric"])["mean"].to_dict()
+    assert ws == {("GiGPO", "webshop_score"): 88.93, ("GiGPO", "webshop_success"): 75.78,
+                  ("CRBC", "webshop_score"): 90.11, ("CRBC", "webshop_success"): 81.51}
+    abl = ref[ref["table"] == "CRBC ablations"].set_index("method")["mean"].to_dict()
+    assert abl == {
+        "CRBC": 96.09,
+        "CRBC [closure_depth=0]": 92.97, "CRBC [closure_depth=1]": 92.97,
+        "CRBC [closure_depth=2]": 93.75, "CRBC [closure_depth=3]": 93.75,
+        "CRBC [beta=0.95]": 95.57, "CRBC [beta=0.99]": 95.31, "CRBC [beta=1]": 93.36,
+        "CRBC [state_weight=0]": 76.56, "CRBC [group_weight=0]": 95.31, "CRBC [state_weight=1]": 93.75,
+    }
+    crbc = ref[ref["paper"] == "CRBC"]
+    assert (crbc["model_size"] == "1.5B").all() and crbc["source"].str.contains("arXiv 2609.35082").all()
+
+
+def test_crbc_ablation_rows_are_named_like_our_variants():
+    """A run with one CRBC option changed gets the label of the published ablation row."""
+    from g2po_bench.analysis.naming import method_label, method_name, variant_of
+
+    for options, label in (({"closure_depth": 0}, "CRBC [closure_depth=0]"), ({"beta": 1.0}, "CRBC [beta=1]"),
+                           ({"beta": 0.95}, "CRBC [beta=0.95]"), ({"state_weight": 0.0}, "CRBC [state_weight=0]"),
+                           ({"group_weight": 0.0}, "CRBC [group_weight=0]")):
+        cfg = {"env": {"name": "alfworld"}, "algorithm": {"name": "crbc", "mode": "mean_std_norm", "options": options}}
+        assert method_label(method_name(cfg), variant_of(cfg)) == label

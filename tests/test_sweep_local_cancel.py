@@ -28,6 +28,15 @@ import time
 from pathlib import Path
 
 import pytest
+from sweep_support import (
+    REPO,
+    assert_complete_run,
+    checkpoint_iteration,
+    events,
+    run_cli,
+    toy_spec,
+    wait_for,
+)
 
 from g2po_bench.benchmarks.shutdown import (
     GracefulShutdown,
@@ -39,15 +48,6 @@ from g2po_bench.sweeps import launcher
 from g2po_bench.sweeps.job import job_guard
 from g2po_bench.sweeps.scheduler import ProcessTree, process_start
 from g2po_bench.sweeps.spec import expand, load_spec
-from g2po_bench.sweeps.testing import (
-    REPO,
-    assert_complete_run,
-    checkpoint_iteration,
-    events,
-    run_cli,
-    toy_spec,
-    wait_for,
-)
 
 TIMEOUT = 600
 

@@ -91,6 +91,26 @@ def test_ablation_options_come_from_the_registry(paper):
         ("grpo", "reference"), ("gigpo", "raw"), ("g2po", "reference")}
 
 
+def test_cpu_proxy_spec_still_plans_the_committed_runs():
+    """The committed comparison (results/proxy/sweep/runs) keeps its run ids: adding methods to
+    the grid or keys to the config (left out of the hash at their default) must not move them."""
+    from pathlib import Path
+
+    committed = Path(__file__).resolve().parents[1] / "results" / "proxy" / "sweep" / "runs"
+    ids = sorted(p.name for p in committed.iterdir() if p.is_dir())
+    assert len(ids) == 15
+    planned = {r.run_id for r in expand(load_spec("cpu_proxy"))}
+    assert set(ids) <= planned
+    # and the committed configs still hash to their folder names
+    from g2po_bench.core.config import resolve_run_id
+    from g2po_bench.runconfig import load_config
+
+    for run_id in ids:
+        cfg = load_config(committed / run_id / "config.yaml")
+        cfg.run_id = None  # derive it from the config again
+        assert resolve_run_id(cfg) == run_id
+
+
 def test_smoke_spec_runs_anywhere():
     runs = expand(load_spec("smoke"))
     assert len(runs) == 4
@@ -98,16 +118,19 @@ def test_smoke_spec_runs_anywhere():
     assert all(r.resources.gpus == 0 for r in runs)
 
 
-def test_cpu_proxy_spec_is_the_default_with_three_estimators_and_five_seeds():
+CPU_PROXY_STATE_KEYS = {"grpo": "reference", "gigpo": "raw", "g2po": "reference", "crbc": "reference",
+                        "hgpo": "raw", "graphgpo": "raw", "empg": "reference"}
+
+
+def test_cpu_proxy_spec_is_the_default_with_seven_estimators_and_five_seeds():
     from g2po_bench.core.config import config_to_dict
     from g2po_bench.runconfig import load_config
 
     runs = expand(load_spec("cpu_proxy"))
-    assert len(runs) == 15
+    assert len(runs) == 35
     got = {(_cfg(r)["algorithm"]["name"], _cfg(r)["algorithm"]["mode"], _cfg(r)["env"]["state_key"], r.seed)
            for r in runs}
-    assert got == {(name, "mean_std_norm", key, s) for name, key in
-                   (("grpo", "reference"), ("gigpo", "raw"), ("g2po", "reference")) for s in range(5)}
+    assert got == {(name, "mean_std_norm", key, s) for name, key in CPU_PROXY_STATE_KEYS.items() for s in range(5)}
     # apart from the estimator, its state key, the seed and the device, every run is the embedded default
     default = config_to_dict(load_config())
     for r in runs:
@@ -117,6 +140,7 @@ def test_cpu_proxy_spec_is_the_default_with_three_estimators_and_five_seeds():
                 if (section, key) != ("model", "device"):
                     assert cfg[section][key] == value, (section, key)
         assert cfg["env"]["prompt"] == "compact" and cfg["env"]["max_steps"] == default["env"]["max_steps"]
+        assert cfg["algorithm"]["options"] == {} and cfg["algorithm"]["module"] is None
     assert all(r.resources.gpus == 0 for r in runs)
 
 

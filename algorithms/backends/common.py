@@ -1,8 +1,10 @@
 """What every trainer backend shares, so that the choice of backend changes no result semantics.
 
-- :func:`estimator_options` / :func:`step_advantages`: the registry estimator called with the
-  same options on every backend (one config gives the same per-step advantages for the same
-  rollouts, whether trained locally or on OpenRLHF).
+- :func:`estimator_options` / :func:`estimator_inputs_of` / :func:`step_advantages`: the
+  registry estimator called with the same options and inputs on every backend (one config
+  gives the same per-step advantages for the same rollouts, whether trained locally or on
+  OpenRLHF). The inputs come from the registry's vocabulary
+  (:func:`g2po_bench.algorithms.registry.rollout_inputs`): nothing here knows an estimator.
 - :func:`eval_summary`: the ``eval.json`` record of ``results/rundir.py`` from the evaluation
   history.
 - :func:`load_task_splits`, :func:`training_rollouts`, :func:`evaluate_panel`,
@@ -26,12 +28,20 @@ from typing import Any
 
 import numpy as np
 
-from g2po_bench.algorithms.registry import AdvantageResult, estimate, estimator_spec
+from g2po_bench.algorithms.registry import (
+    INPUTS,
+    AdvantageResult,
+    estimate,
+    estimator_inputs,
+    estimator_spec,
+    rollout_inputs,
+)
 from g2po_bench.benchmarks.evaluation import evaluate, select_panel
 from g2po_bench.benchmarks.rollout import RolloutBatch, collect_rollouts, success_by_task_type
 from g2po_bench.core.steptable import BASE_COLUMNS, write_step_table
 
-__all__ = ["STALE_SAMPLER_GAP", "StaleSamplerWarning", "SamplerGapMonitor", "needs_critic", "estimator_options", "step_advantages", "eval_summary", "eval_record",
+__all__ = ["STALE_SAMPLER_GAP", "StaleSamplerWarning", "SamplerGapMonitor", "needs_critic", "estimator_options", "estimator_inputs_of",
+           "step_advantages", "eval_summary", "eval_record",
            "at_train_temperature", "train_temperature_eval_due", "load_task_splits",
            "training_rollouts", "evaluate_panel", "record_evaluation", "rollout_metrics", "eval_metrics",
            "step_table_columns", "record_step_table", "ACTION_CHARS", "TruncationWarnings",
@@ -42,36 +52,44 @@ ACTION_CHARS = 80
 
 
 def needs_critic(cfg) -> bool:
-    """Whether the configured estimator takes critic values V(s_t) (``ppo``)."""
-    return "values" in estimator_spec(cfg.algorithm.name).defaults
+    """Whether the configured estimator declares the input ``values`` (critic V(s_t)): the
+    trainer then trains a critic."""
+    return "values" in estimator_inputs(cfg.algorithm.name, dict(cfg.algorithm.options))
 
 
-def estimator_options(cfg, rollouts, values: np.ndarray | None = None) -> dict[str, Any]:
-    """The options passed to the estimator: the five common ones from ``cfg.algorithm``, its
-    ``options`` (ablation switches), critic values for critic estimators, and the state texts
-    for GiGPO's similarity grouping.
+def estimator_options(cfg, rollouts=None, values: np.ndarray | None = None) -> dict[str, Any]:
+    """The options passed to the estimator: the five common ones from ``cfg.algorithm``, the
+    estimator's defaults for ``cfg.env.name`` where it declares environment-specific ones
+    (``env_defaults``, e.g. GraphGPO's gamma on WebShop), then its ``options`` (ablation
+    switches). Per-row inputs are not options (:func:`estimator_inputs_of`).
 
     Args:
         cfg: the RunConfig.
-        rollouts: the RolloutBatch (``state_texts`` (B,) str).
-        values: (B,) float64 critic values in row order (critic estimators only).
+        rollouts, values: not used (kept so that older callers keep working).
     """
     a = cfg.algorithm
     opts: dict[str, Any] = {"mode": a.mode, "gamma": a.gamma, "step_weight": a.step_weight,
                             "invalid_penalty": a.invalid_penalty, "success_reward": a.success_reward}
+    opts.update(estimator_spec(a.name).env_defaults.get(cfg.env.name, {}))
     opts.update(dict(a.options))
-    spec = estimator_spec(a.name)
-    if "values" in spec.defaults:
-        opts["values"] = values
-    if "state_text" in spec.defaults and opts.get("grouping", "exact") != "exact":
-        opts["state_text"] = rollouts.state_texts
     return opts
+
+
+def estimator_inputs_of(cfg, rollouts, values: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """The per-row inputs the configured estimator declares, built from ``rollouts`` (and the
+    critic ``values``) by :func:`g2po_bench.algorithms.registry.rollout_inputs`.
+
+    Raises:
+        ValueError: a declared input is missing (named, with who supplies it).
+    """
+    return rollout_inputs(cfg.algorithm.name, estimator_options(cfg), rollouts, values)
 
 
 def step_advantages(cfg, rollouts, values: np.ndarray | None = None) -> AdvantageResult:
     """Per-step advantages of ``rollouts.steps``: the registry's AdvantageResult
     (``advantages`` (B,) float64 in row order, ``returns`` (B,) or None, ``diagnostics``)."""
-    return estimate(cfg.algorithm.name, rollouts.steps, **estimator_options(cfg, rollouts, values))
+    return estimate(cfg.algorithm.name, rollouts.steps, inputs=estimator_inputs_of(cfg, rollouts, values),
+                    **estimator_options(cfg))
 
 
 def eval_summary(cfg, history: list[dict[str, Any]]) -> dict[str, Any]:
@@ -285,11 +303,17 @@ def step_table_columns(cfg, rb: RolloutBatch, res: AdvantageResult,
         columns[key] = arr
     if values is not None:
         columns["critic_value"] = np.asarray(values, dtype=np.float64)
+    # the other declared inputs that have a step-table column (e.g. EMPG's entropies) are
+    # recorded too, so that `g2po graph` can recompute the estimator from the table
+    for key in estimator_inputs(cfg.algorithm.name, estimator_options(cfg)):
+        column = INPUTS[key].step_table_column
+        attr = INPUTS[key].rollout_attribute
+        value = getattr(rb, attr, None) if attr else None
+        if column and column not in columns and value is not None and len(value) == n:
+            columns[column] = value
     if res.returns is not None:
         columns["return"] = res.returns
-    # per-row inputs (critic values, state texts) travel as columns or not at all
-    options = {k: v for k, v in estimator_options(cfg, rb, values).items()
-               if k not in ("values", "state_text")}
+    options = estimator_options(cfg)
     json.dumps(options)  # the config's options are plain YAML values
     meta = {"env": cfg.env.name, "estimator": cfg.algorithm.name, "options": options,
             "row_terms": sorted(res.row_terms)}

@@ -51,6 +51,8 @@ __all__ = [
 ]
 
 RL_TASK_POOLS = ("all", "without_demos")  # train.rl_tasks
+# estimator inputs (algorithms/registry.py INPUTS) that backend=openrlhf cannot supply
+OPENRLHF_LACKS = ("entropies",)
 OLD_LOGPROBS = ("auto", "recompute", "sampler")  # train.old_logprobs
 #: train.loss_agg_mode: how a loss is aggregated over tokens and samples (verl core_algos agg_loss)
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -148,6 +150,9 @@ class AlgorithmConfig:
 
     ``name`` is a registered estimator (``g2po algorithms`` lists them). ``options`` carries
     estimator-specific extras (ablation switches); unknown ones fail before any work.
+    ``module`` names one more module to import before validation (``pkg.module``: an estimator
+    of a package that is not installed with an entry point; ``docs/extending.md``); None (the
+    default) imports nothing and is left out of the config hash.
     """
 
     name: str = "g2po"
@@ -157,6 +162,7 @@ class AlgorithmConfig:
     invalid_penalty: float = 0.1
     success_reward: float = 10.0
     options: dict[str, Any] = field(default_factory=dict)
+    module: str | None = None
 
 
 @dataclass
@@ -584,6 +590,7 @@ HASH_NEUTRAL_DEFAULTS: dict[str, Any] = {
     "env.cache_dir": "results/cache",
     "env.allow_incomplete_eval_split": False,
     "train.mini_batch_split": "fixed",
+    "algorithm.module": None,
 }
 
 

@@ -26,6 +26,8 @@ column              dtype      meaning
                                ``a_nc``, ``a_ec``; GiGPO ``node_value``, ``visit_return``,
                                ``a_ep``, ``a_s``); names listed in the metadata
 ``critic_value``    float64    V(s_t) of the critic (critic estimators only)
+``entropy``         float64    mean token entropy of the step's response under the sampling
+                               policy (estimators that declare the input ``entropies`` only)
 ``return``          float64    the estimator's value targets (critic estimators only)
 ==================  =========  ==============================================================
 

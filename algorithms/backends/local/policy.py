@@ -138,9 +138,9 @@ class LocalPolicy:
                  top_p: float = 1.0, seed: int | None = None) -> list[Generation]:
         """Sample one response per prompt (see :class:`g2po_bench.benchmarks.policy.Policy`).
 
-        Every :class:`Generation` carries ``logprobs``: the log-probability of each response
-        token under the distribution it was sampled from (:class:`SampledLogprobs`; None for
-        greedy decoding).
+        Every :class:`Generation` carries ``logprobs`` and ``entropies``: the log-probability
+        of each response token under the distribution it was sampled from, and that
+        distribution's entropy (:class:`SampledLogprobs`; None for greedy decoding).
         """
         if seed is not None:
             torch.manual_seed(seed)
@@ -166,6 +166,7 @@ class LocalPolicy:
                                                 eos_token_id=eos, record=record)
                 seqs = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
                 lps = record.finish(seqs).tolist() if record is not None else None
+                ents = record.entropies(len(chunk)).tolist() if record is not None else None
                 new = seqs[:, input_ids.shape[1]:].tolist()
                 for j, (i, ids_p, ids_r) in enumerate(zip(batch, chunk, new)):
                     if eos in ids_r:
@@ -177,7 +178,8 @@ class LocalPolicy:
                     out[i] = Generation(text=text, prompt_ids=ids_p, response_ids=ids_r,
                                         info={"finished": bool(ids_r) and ids_r[-1] == eos,
                                               "prompt_truncated": cut[i]},
-                                        logprobs=None if lps is None else lps[j][: len(ids_r)])
+                                        logprobs=None if lps is None else lps[j][: len(ids_r)],
+                                        entropies=None if ents is None else ents[j][: len(ids_r)])
                     self.stats["prompt_tokens"] += len(ids_p)
                     self.stats["generated_tokens"] += len(ids_r)
                 self.stats["batches"] += 1

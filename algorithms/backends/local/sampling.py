@@ -20,8 +20,9 @@ disagreed from the first step. Here:
   Training requires top-p 1 and top-k 0 (``g2po_bench.core.config`` refuses others): with truncation a
   token outside the *current* policy's nucleus would get log-prob -inf in the update.
 - :class:`SampledLogprobs` records, inside ``generate``, the log-probability of every sampled
-  token under the final processed scores (what ``generate`` sampled from), without keeping a
-  (steps, batch, vocabulary) tensor of scores.
+  token and the entropy of the distribution it was drawn from, under the final processed
+  scores (what ``generate`` sampled from), without keeping a (steps, batch, vocabulary) tensor
+  of scores. Recording reads the scores and changes nothing that is sampled.
 
 Sources: transformers ``GenerationMixin._get_logits_processor`` and
 ``_prepare_generation_config`` (which processors a config switches on, and that unset
@@ -198,22 +199,26 @@ def _accepts(fn, name: str) -> bool:
 
 
 class SampledLogprobs:
-    """A logits processor, placed last, that records log p(sampled token) under the final
-    processed scores of each decoding step.
+    """A logits processor, placed last, that records log p(sampled token) and the entropy of
+    the sampling distribution, under the final processed scores of each decoding step.
 
     ``generate`` calls processors before sampling, so the token of step t is known at the call
     of step t+1 (it is the last column of ``input_ids``) and the last one from the returned
-    sequences (:meth:`finish`). Only one (batch, vocabulary) tensor is kept at a time.
+    sequences (:meth:`finish`). Only one (batch, vocabulary) tensor is kept at a time. The
+    entropy -sum p log p (nats; masked tokens, log p = -inf, add 0) is known at the call
+    itself; :attr:`entropy_steps` holds one (batch,) tensor per decoding step.
     """
 
     def __init__(self):
         self._prev: torch.Tensor | None = None
         self.steps: list[torch.Tensor] = []
+        self.entropy_steps: list[torch.Tensor] = []
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if self._prev is not None:
             self.steps.append(self._prev.gather(-1, input_ids[:, -1:]).squeeze(-1))
         self._prev = torch.log_softmax(scores.float(), dim=-1)
+        self.entropy_steps.append(-(self._prev.exp() * self._prev).nan_to_num(0.0).sum(-1))
         return scores
 
     def finish(self, sequences: torch.Tensor) -> torch.Tensor:
@@ -225,3 +230,9 @@ class SampledLogprobs:
         if not self.steps:
             return torch.zeros((sequences.shape[0], 0), dtype=torch.float32, device=sequences.device)
         return torch.stack(self.steps, dim=1)
+
+    def entropies(self, batch_size: int) -> torch.Tensor:
+        """(B, T) float32 entropies (nats) of the sampling distribution at each generated token."""
+        if not self.entropy_steps:
+            return torch.zeros((batch_size, 0), dtype=torch.float32)
+        return torch.stack(self.entropy_steps, dim=1)

@@ -20,7 +20,7 @@ Reference semantics (the defaults), per task group g (nothing shared across task
     delta_i    = V(succ(i)) - V(node(i))                         (one-step TD error, no reward
                                                                    term, no discount)
     A_EC(i)    = normalize delta over all rows of the task group (edge-centric, "global")
-    A_EP(i)    = GRPO episode term (cross steps, penalty included; see algorithms/grpo.py)
+    A_EP(i)    = GRPO episode term (cross steps, penalty included; see algorithms/estimators/grpo.py)
     A(i)       = A_EP(i) + w * (A_NC(i) + A_EC(i))               (w = step_weight = 1;
                                                                    w = 0 is GRPO)
 
@@ -55,7 +55,7 @@ Ablation options (each changes one equation above):
   successor is s without aggregation). A_NC(i) = (x_i - mean_{s in S(n)} u(n, s)) /
   (std_{s in S(n)} u(n, s) + eps) (resp. x_i - mean); the penalty enters x_i but not the
   reference values; |S(n)| < 2 or all u(n, s) equal gives 0.
-- ``episode_stat`` ("steps"): the A_EP statistic, see algorithms/grpo.py ("trajectories"
+- ``episode_stat`` ("steps"): the A_EP statistic, see algorithms/estimators/grpo.py ("trajectories"
   takes one value per trajectory).
 - ``step_weight`` (w, 1.0): the paper sweeps w in {0, 0.2, ..., 1.2}.
 
@@ -82,13 +82,15 @@ over rows. The reference builds groups with per-row ``np.where`` (quadratic in B
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any
 
 import numpy as np
 
+from g2po_bench.algorithms import _rowwise as rw
 from g2po_bench.algorithms._graph import graph_diagnostics, successor_ids
 from g2po_bench.algorithms._prep import prepare
-from g2po_bench.algorithms.grpo import EPISODE_STATS, episode_advantage
+from g2po_bench.algorithms.estimators.grpo import EPISODE_STATS, episode_advantage
 from g2po_bench.algorithms.normalize import (
     EPS,
     apply_normalization,
@@ -100,7 +102,7 @@ from g2po_bench.algorithms.normalize import (
 from g2po_bench.algorithms.registry import AdvantageResult, in_range, register_estimator
 from g2po_bench.core.batch import StepBatch
 
-__all__ = ["g2po", "COMPONENTS", "GRAPH_SCOPES", "EDGE_NORM_SCOPES", "NODE_REFERENCE_SETS"]
+__all__ = ["g2po", "oracle_g2po", "COMPONENTS", "GRAPH_SCOPES", "EDGE_NORM_SCOPES", "NODE_REFERENCE_SETS"]
 
 COMPONENTS = ("ep", "ep+nc", "ep+nc+agg", "full")
 GRAPH_SCOPES = ("group", "batch")
@@ -123,6 +125,94 @@ def effective_aggregation(components: str, aggregation: bool) -> bool:
     return bool(aggregation)
 
 
+def oracle_g2po(batch: StepBatch, **o) -> np.ndarray:
+    """Per-row oracle (:mod:`g2po_bench.algorithms._rowwise`), every ablation option: (B,) float64."""
+    gamma, p, mode, eps = o["gamma"], o["invalid_penalty"], o["mode"], o["eps"]
+    w, success_reward = o["step_weight"], o["success_reward"]
+    components = o["components"]
+    if components == "ep+nc":
+        agg = False
+    elif components == "ep+nc+agg":
+        agg = True
+    else:
+        agg = bool(o["aggregation"])
+    rows = rw.rows_of(batch)
+    trajs = rw.trajectories_of(rows)
+    ep = rw.episode_term(rows, mode, p, o["episode_stat"], eps)
+
+    # 1. nodes
+    def node_key(row):
+        return (row["group"], row["key"]) if o["graph_scope"] == "group" else row["key"]
+
+    ordered = sorted(rows, key=lambda r: (r["group"], r["traj"], r["t"]))
+    visits: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    for row in ordered:
+        row["node"] = node_key(row)
+        visits[row["node"]].append(row)
+    # 2. group-aggregation value
+    for row in rows:
+        row["v"] = gamma ** (row["T"] - row["t"]) * row["R"]
+    value: dict[Any, float] = {}
+    for node, vis in visits.items():
+        value[node] = rw.mean([r["v"] for r in vis])
+    value[("TERMINAL", True)] = success_reward
+    value[("TERMINAL", False)] = 0.0
+    # 3. successors
+    for tr in trajs.values():
+        for k, row in enumerate(tr):
+            if k + 1 < len(tr):
+                nxt = tr[k + 1]
+                row["succ"] = nxt["node"]
+                row["succ_val"] = value[nxt["node"]] if agg else nxt["v"]
+            else:
+                row["succ"] = ("TERMINAL", row["success"])
+                row["succ_val"] = success_reward if row["success"] else 0.0
+            row["cur_val"] = value[row["node"]] if agg else row["v"]
+            row["x"] = row["succ_val"] - (p if row["invalid"] else 0.0)
+            row["delta"] = row["succ_val"] - row["cur_val"]
+    # 4. node-centric term
+    nc_ref: dict[Any, list[float]] = {}
+    for node, vis in visits.items():
+        if o["node_reference_set"] == "visits":
+            nc_ref[node] = [r["x"] for r in vis]
+        else:
+            per_succ: dict[Any, list[float]] = {}
+            for r in vis:
+                per_succ.setdefault(r["succ"], []).append(r["succ_val"])
+            if agg:
+                nc_ref[node] = [value[s] for s in per_succ]
+            else:
+                nc_ref[node] = [rw.mean(vals) for vals in per_succ.values()]
+    # 5. edge-centric term
+    ec_ref: dict[Any, list[float]] = defaultdict(list)
+
+    def ec_scope(row):
+        scope = o["edge_norm_scope"]
+        if scope == "group":
+            return ("group", row["group"])
+        if scope == "batch":
+            return "batch"
+        return ("node", row["node"])
+
+    for row in ordered:
+        ec_ref[ec_scope(row)].append(row["delta"])
+    # 6-7. combination
+    nc_stats = {node: rw.stats(vals) for node, vals in nc_ref.items()}
+    ec_stats = {scope: rw.stats(vals) for scope, vals in ec_ref.items()}
+    out = np.zeros(len(rows))
+    for row in rows:
+        a_nc = rw.normalize(row["x"], nc_stats[row["node"]], mode, eps, "zero")
+        a_ec = rw.normalize(row["delta"], ec_stats[ec_scope(row)], mode, eps, "zero")
+        if components == "ep":
+            step = 0.0
+        elif components in ("ep+nc", "ep+nc+agg"):
+            step = a_nc
+        else:
+            step = a_nc + a_ec
+        out[row["i"]] = ep[row["i"]] + w * step
+    return out
+
+
 @register_estimator(
     "g2po",
     options={
@@ -143,6 +233,8 @@ def effective_aggregation(components: str, aggregation: bool) -> bool:
     },
     validators={"eps": in_range(0.0, lo_open=True)},
     check=_check,
+    label="G2PO",
+    oracle=oracle_g2po,
     description="G2PO: GRPO episode term + node-centric and edge-centric terms on the group state graph",
 )
 def g2po(

@@ -3,8 +3,9 @@
 Source: ALGORITHMS.md "PPO (critic)"; Schulman et al., 2017 (PPO, arXiv 1707.06347) and
 2016 (GAE, arXiv 1506.02438); the verl-agent PPO baseline (verl ``compute_gae_advantage_return``).
 
-The critic values are an input (option ``values``: (B,) float64, V(s_t) of each step row in
-the batch's row order); this module only turns them into advantages and value targets.
+The critic values are an input (the registry input ``values``: (B,) float64, V(s_t) of each
+step row in the batch's row order; declaring it makes the trainers train a critic); this
+module only turns them into advantages and value targets.
 
 Conventions (``convention``):
 
@@ -38,28 +39,68 @@ Var(returns), 0 when Var(returns) = 0).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from g2po_bench.algorithms import _rowwise as rw
 from g2po_bench.algorithms._prep import prepare, reverse_linear_scan
 from g2po_bench.algorithms.registry import AdvantageResult, in_range, register_estimator
 from g2po_bench.core.batch import StepBatch
 
-__all__ = ["ppo", "CONVENTIONS"]
+__all__ = ["ppo", "oracle_ppo", "CONVENTIONS"]
 
 CONVENTIONS = ("reference", "turn_gae")
 
 
+def oracle_ppo(batch: StepBatch, **o) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row oracle (:mod:`g2po_bench.algorithms._rowwise`): (advantages, returns), (B,) each."""
+    values = [float(v) for v in o["values"]]
+    p, gamma, lam = o["invalid_penalty"], o["gamma"], o["lam"]
+    rows = rw.rows_of(batch)
+    trajs = rw.trajectories_of(rows)
+    adv = [0.0] * len(rows)
+    ret = [0.0] * len(rows)
+    if o["convention"] == "reference":
+        for row in rows:
+            s = row["R"] - (p if row["invalid"] else 0.0)
+            adv[row["i"]] = s - values[row["i"]]
+            ret[row["i"]] = s
+    elif o["convention"] == "turn_gae":
+        for tr in trajs.values():
+            running = 0.0
+            for k in range(len(tr) - 1, -1, -1):
+                row = tr[k]
+                v_next = values[tr[k + 1]["i"]] if k + 1 < len(tr) else 0.0
+                r = row["r"] - (p if row["invalid"] else 0.0)
+                delta = r + gamma * v_next - values[row["i"]]
+                running = delta + gamma * lam * running
+                adv[row["i"]] = running
+                ret[row["i"]] = running + values[row["i"]]
+    else:
+        raise ValueError(f"oracle ppo: unknown convention {o['convention']!r}")
+    if o["whiten"] and adv:
+        m = rw.mean(adv)
+        var = rw.std(adv) ** 2 if len(adv) > 1 else 0.0
+        adv = [(a - m) / math.sqrt(var + 1e-8) for a in adv]
+    return np.array(adv, dtype=np.float64), np.array(ret, dtype=np.float64)
+
+
 @register_estimator(
     "ppo",
-    options={"values": None, "convention": "reference", "lam": 0.95, "whiten": False},
+    options={"convention": "reference", "lam": 0.95, "whiten": False},
     choices={"convention": CONVENTIONS},
     validators={"lam": in_range(0.0, 1.0)},
+    inputs=("values",),
+    label="PPO (critic)",
+    oracle=oracle_ppo,
+    zero_on_uniform_group=False,  # a critic baseline, not a group one
     description="PPO: critic baseline, A = R_tau - V(s_t) (reference) or turn-level GAE",
 )
 def ppo(
     batch: StepBatch,
     *,
-    values: np.ndarray | None,
+    values: np.ndarray,
     convention: str,
     lam: float,
     whiten: bool,
@@ -70,7 +111,8 @@ def ppo(
 
     Args:
         batch: the StepBatch, B rows.
-        values: (B,) float64 critic values V(s_t), batch row order. Required.
+        values: (B,) float64 critic values V(s_t), batch row order (the input ``values``,
+            validated by the registry).
         convention: "reference" | "turn_gae".
         lam: GAE lambda (0.95), "turn_gae" only.
         whiten: whiten the advantages over the batch.
@@ -81,16 +123,11 @@ def ppo(
         AdvantageResult: advantages (B,) float64 and returns (B,) float64 in row order.
 
     Raises:
-        ValueError: ``values`` missing, of the wrong shape, or not finite; unknown convention.
+        ValueError: unknown convention (``values`` missing, of the wrong shape or not finite:
+            raised by the registry before this runs).
     """
     n = len(batch)
-    if values is None:
-        raise ValueError("ppo needs the critic values: pass values=<array of shape (B,)>")
     vals = np.asarray(values, dtype=np.float64)
-    if vals.shape != (n,):
-        raise ValueError(f"ppo values must have shape ({n},), got {vals.shape}")
-    if not np.all(np.isfinite(vals)):
-        raise ValueError("ppo values must be finite")
     prep = prepare(batch)
     v = prep.from_original(vals)
     if convention == "reference":

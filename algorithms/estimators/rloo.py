@@ -29,21 +29,74 @@ algorithms/normalize.py) the baseline is exactly that return, so A = -p [invalid
 
 from __future__ import annotations
 
+from collections import defaultdict
+from typing import Any
+
 import numpy as np
 
+from g2po_bench.algorithms import _rowwise as rw
 from g2po_bench.algorithms._prep import prepare
-from g2po_bench.algorithms.grpo import EPISODE_STATS
+from g2po_bench.algorithms.estimators.grpo import EPISODE_STATS
 from g2po_bench.algorithms.normalize import segment_stats
 from g2po_bench.algorithms.registry import AdvantageResult, register_estimator
 from g2po_bench.core.batch import StepBatch
 
-__all__ = ["rloo"]
+__all__ = ["rloo", "oracle_rloo"]
+
+
+def oracle_rloo(batch: StepBatch, **o) -> np.ndarray:
+    """Per-row oracle (:mod:`g2po_bench.algorithms._rowwise`): (B,) float64 advantages."""
+    p = o["invalid_penalty"]
+    rows = rw.rows_of(batch)
+    trajs = rw.trajectories_of(rows)
+    adv = np.zeros(len(rows))
+    if o["episode_stat"] == "trajectories":
+        by_group: dict[int, list[int]] = defaultdict(list)
+        for tid in sorted(trajs):
+            by_group[trajs[tid][0]["group"]].append(tid)
+        for tids in by_group.values():
+            returns = [trajs[t][0]["R"] for t in tids]
+            if len(tids) < 2:
+                continue  # a group of one trajectory gives 0
+            all_equal = rw.all_equal(rw.std(returns), rw.mean(returns))
+            for tid in tids:
+                own = trajs[tid][0]["R"]
+                if all_equal:
+                    baseline = own
+                else:
+                    others = 0.0
+                    for other in tids:
+                        if other != tid:
+                            others += trajs[other][0]["R"]
+                    baseline = others / (len(tids) - 1)
+                for row in trajs[tid]:
+                    s = row["R"] - (p if row["invalid"] else 0.0)
+                    adv[row["i"]] = s - baseline
+    elif o["episode_stat"] == "steps":
+        by_group_rows: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for row in rows:
+            row["s"] = row["R"] - (p if row["invalid"] else 0.0)
+            by_group_rows[row["group"]].append(row)
+        for grows in by_group_rows.values():
+            scores = [r["s"] for r in grows]
+            if len(grows) < 2 or rw.all_equal(rw.std(scores), rw.mean(scores)):
+                continue
+            total = 0.0
+            for row in grows:
+                total += row["s"]
+            for row in grows:
+                adv[row["i"]] = row["s"] - (total - row["s"]) / (len(grows) - 1)
+    else:
+        raise ValueError(f"oracle rloo: unknown episode_stat {o['episode_stat']!r}")
+    return adv
 
 
 @register_estimator(
     "rloo",
     options={"episode_stat": "trajectories"},
     choices={"episode_stat": EPISODE_STATS},
+    label="RLOO",
+    oracle=oracle_rloo,
     description="RLOO: episode return minus the mean return of the other rollouts of the task",
 )
 def rloo(batch: StepBatch, *, invalid_penalty: float, episode_stat: str) -> AdvantageResult:

@@ -35,12 +35,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from g2po_bench.algorithms import _rowwise as rw
 from g2po_bench.algorithms._prep import Prepared, prepare
 from g2po_bench.algorithms.normalize import EPS, apply_normalization, segment_stats
 from g2po_bench.algorithms.registry import AdvantageResult, in_range, register_estimator
 from g2po_bench.core.batch import StepBatch
 
-__all__ = ["grpo", "episode_advantage", "EPISODE_STATS"]
+__all__ = ["grpo", "oracle_grpo", "episode_advantage", "EPISODE_STATS"]
 
 EPISODE_STATS = ("steps", "trajectories")
 
@@ -79,11 +80,21 @@ def episode_advantage(
     return apply_normalization(s, prep.group, stats, mode, eps=eps, singleton="unit")
 
 
+def oracle_grpo(batch: StepBatch, **o) -> np.ndarray:
+    """Per-row oracle (:mod:`g2po_bench.algorithms._rowwise`): (B,) float64 advantages."""
+    rows = rw.rows_of(batch)
+    rw.trajectories_of(rows)
+    ep = rw.episode_term(rows, o["mode"], o["invalid_penalty"], o["episode_stat"], o["eps"])
+    return np.array([ep[row["i"]] for row in rows], dtype=np.float64)
+
+
 @register_estimator(
     "grpo",
     options={"episode_stat": "steps", "eps": EPS},
     choices={"episode_stat": EPISODE_STATS},
     validators={"eps": in_range(0.0, lo_open=True)},
+    label="GRPO",
+    oracle=oracle_grpo,
     description="GRPO: episode return normalized over the task group (cross-steps statistic)",
 )
 def grpo(

@@ -14,7 +14,7 @@ Equations::
     A_S(i)   = normalize G within the step group of i   (a singleton step group gives 0)
     A(i)     = A_EP(i) + omega * A_S(i)                  (omega = step_weight = 1)
 
-A_EP is the GRPO episode term (algorithms/grpo.py; cross-steps statistic by default,
+A_EP is the GRPO episode term (algorithms/estimators/grpo.py; cross-steps statistic by default,
 ``episode_stat="trajectories"`` for the per-trajectory one). "normalize" is ``mode``
 ("mean_std_norm": (x - mean) / (std + eps), unbiased std, eps = 1e-6; "mean_norm": x - mean).
 A step group whose returns are all equal gives exactly 0.
@@ -28,7 +28,8 @@ Step grouping (``grouping``):
 
 - ``"exact"`` (default): identical ``state_key`` inside the task group.
 - ``"similarity"``: the reference's similarity-based grouping over the state *texts*
-  (option ``state_text``, a sequence of B strings in the batch's row order): inside each task
+  (the registry input ``state_texts``, B strings in the batch's row order, declared only for
+  this grouping): inside each task
   group rows are visited in canonical order (trajectory id, then step) and each text joins
   the first existing cluster whose representative (its first text) has similarity
   >= ``similarity_threshold``, else it opens a new cluster (greedy leader clustering, as
@@ -47,13 +48,16 @@ G_t as the per-visit return, ``step_nonzero_frac`` = rows with A_S != 0). Row te
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
+from g2po_bench.algorithms import _rowwise as rw
 from g2po_bench.algorithms._graph import graph_diagnostics, successor_ids
 from g2po_bench.algorithms._prep import Prepared, prepare, reverse_linear_scan
-from g2po_bench.algorithms.grpo import EPISODE_STATS, episode_advantage
+from g2po_bench.algorithms.estimators.grpo import EPISODE_STATS, episode_advantage
 from g2po_bench.algorithms.normalize import (
     EPS,
     apply_normalization,
@@ -64,7 +68,7 @@ from g2po_bench.algorithms.normalize import (
 from g2po_bench.algorithms.registry import AdvantageResult, in_range, register_estimator
 from g2po_bench.core.batch import StepBatch
 
-__all__ = ["gigpo", "step_returns", "similarity_step_groups", "GROUPINGS"]
+__all__ = ["gigpo", "oracle_gigpo", "step_returns", "similarity_step_groups", "GROUPINGS", "gigpo_label"]
 
 GROUPINGS = ("exact", "similarity")
 
@@ -76,13 +80,13 @@ def step_returns(prep: Prepared, gamma: float, invalid_penalty: float) -> np.nda
 
 
 def similarity_step_groups(
-    prep: Prepared, state_text: Sequence[str], threshold: float
+    prep: Prepared, state_texts: Sequence[str], threshold: float
 ) -> tuple[np.ndarray, int]:
     """Similarity-based step groups (see the module docstring).
 
     Args:
         prep: prepared batch.
-        state_text: B strings in the batch's row order.
+        state_texts: B strings in the batch's row order.
         threshold: in (0, 1]; a text joins a cluster when ratio / 100 >= threshold.
 
     Returns:
@@ -94,11 +98,12 @@ def similarity_step_groups(
     """
     from rapidfuzz import fuzz, process  # optional dependency, only for this path
 
-    texts = np.asarray(list(state_text), dtype=object)
+    texts = np.empty(len(state_texts), dtype=object)
+    texts[:] = list(state_texts)
     if texts.shape != (prep.n,):
-        raise ValueError(f"state_text must hold one string per row ({prep.n}), got {texts.shape}")
+        raise ValueError(f"state_texts must hold one string per row ({prep.n}), got {texts.shape}")
     if not all(isinstance(t, str) for t in texts):
-        raise ValueError("state_text entries must be strings")
+        raise ValueError("state_texts entries must be strings")
     texts = prep.from_original(texts)
     ids = np.empty(prep.n, dtype=np.int64)
     if prep.n == 0:
@@ -131,16 +136,88 @@ def similarity_step_groups(
     return ids, next_id
 
 
+def _similarity_clusters(rows, texts, threshold) -> dict[int, Any]:
+    from rapidfuzz import fuzz
+
+    node_of: dict[int, Any] = {}
+    by_group: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        by_group[row["group"]].append(row)
+    for g, grows in by_group.items():
+        clusters: list[tuple[str, int]] = []  # (representative text, cluster number)
+        for row in sorted(grows, key=lambda r: (r["traj"], r["t"])):
+            text = texts[row["i"]]
+            placed = None
+            for rep, num in clusters:
+                if fuzz.ratio(text, rep) >= 100.0 * threshold:
+                    placed = num
+                    break
+            if placed is None:
+                placed = len(clusters)
+                clusters.append((text, placed))
+            node_of[row["i"]] = (g, placed)
+    return node_of
+
+
+def oracle_gigpo(batch: StepBatch, **o) -> np.ndarray:
+    """Per-row oracle (:mod:`g2po_bench.algorithms._rowwise`): (B,) float64 advantages."""
+    gamma, p, mode, eps = o["gamma"], o["invalid_penalty"], o["mode"], o["eps"]
+    rows = rw.rows_of(batch)
+    trajs = rw.trajectories_of(rows)
+    ep = rw.episode_term(rows, mode, p, o["episode_stat"], eps)
+    # 1. step returns, backwards along each trajectory; penalty on invalid rows only
+    for tr in trajs.values():
+        running = 0.0
+        for row in reversed(tr):
+            running = row["r"] + gamma * running
+            row["G"] = running
+        for row in tr:
+            if row["invalid"]:
+                row["G"] = row["G"] - p
+    # 2. step groups
+    if o["grouping"] == "exact":
+        node_of = {row["i"]: (row["group"], row["key"]) for row in rows}
+    elif o["grouping"] == "similarity":
+        node_of = _similarity_clusters(rows, list(o["state_texts"]), o["similarity_threshold"])
+    else:
+        raise ValueError(f"oracle gigpo: unknown grouping {o['grouping']!r}")
+    members: dict[Any, list[float]] = defaultdict(list)
+    for row in sorted(rows, key=lambda r: (r["group"], r["traj"], r["t"])):
+        members[node_of[row["i"]]].append(row["G"])
+    # 3-4. step advantage and combination
+    member_stats = {node: rw.stats(vals) for node, vals in members.items()}
+    out = np.zeros(len(rows))
+    for row in rows:
+        a_s = rw.normalize(row["G"], member_stats[node_of[row["i"]]], mode, eps, "zero")
+        out[row["i"]] = ep[row["i"]] + o["step_weight"] * a_s
+    return out
+
+
+def _inputs(options: Mapping[str, Any]) -> tuple[str, ...]:
+    return ("state_texts",) if options["grouping"] == "similarity" else ()
+
+
+def gigpo_label(options: Mapping[str, Any]) -> str:
+    """The row name: "GiGPO w/ std" (``mean_std_norm``) or "GiGPO w/o std" (``mean_norm``), the
+    two variants of the GiGPO and G2PO papers' tables."""
+    mode = options.get("mode", "mean_std_norm")
+    return {"mean_std_norm": "GiGPO w/ std", "mean_norm": "GiGPO w/o std"}.get(mode, f"GiGPO ({mode})")
+
+
 @register_estimator(
     "gigpo",
     state_key="raw",  # GiGPO groups steps by the raw observation (its paper and code)
     options={
         "grouping": "exact",
         "similarity_threshold": 0.95,
-        "state_text": None,
         "episode_stat": "steps",
         "eps": EPS,
     },
+    inputs=_inputs,
+    label=gigpo_label,
+    # the mode is in the label; the other common options it uses make a variant
+    variant_options=("gamma", "step_weight", "invalid_penalty"),
+    oracle=oracle_gigpo,
     choices={"grouping": GROUPINGS, "episode_stat": EPISODE_STATS},
     validators={
         "similarity_threshold": in_range(0.0, 1.0, lo_open=True),
@@ -157,9 +234,9 @@ def gigpo(
     invalid_penalty: float,
     grouping: str,
     similarity_threshold: float,
-    state_text: Sequence[str] | None,
     episode_stat: str,
     eps: float,
+    state_texts: Sequence[str] | None = None,
 ) -> AdvantageResult:
     """GiGPO advantages A = A_EP + omega * A_S (see the module docstring).
 
@@ -169,17 +246,18 @@ def gigpo(
         gamma: discount of the step return (0.95).
         step_weight: omega (1.0).
         invalid_penalty: p (0.1).
-        grouping: "exact" (state_key) | "similarity" (needs ``state_text``).
+        grouping: "exact" (state_key) | "similarity" (needs the input ``state_texts``).
         similarity_threshold: in (0, 1] (0.95).
-        state_text: B strings (row order), only for ``grouping="similarity"``.
         episode_stat: "steps" | "trajectories".
         eps: > 0.
+        state_texts: B strings (row order), the input of ``grouping="similarity"``.
 
     Returns:
         AdvantageResult: advantages (B,) float64 in row order, returns None, diagnostics.
 
     Raises:
-        ValueError: ``grouping="similarity"`` without a valid ``state_text``.
+        ValueError: ``grouping="similarity"`` without valid ``state_texts`` (the registry
+            checks it first).
     """
     prep = prepare(batch)
     a_ep = episode_advantage(
@@ -190,12 +268,12 @@ def gigpo(
         kid, num_keys = factorize(prep.state_key)
         node, num_nodes = factorize_pairs(prep.group, prep.num_groups, kid, num_keys)
     elif grouping == "similarity":
-        if state_text is None:
+        if state_texts is None:
             raise ValueError(
-                "gigpo grouping='similarity' needs the state texts: pass state_text=[...] "
+                "gigpo grouping='similarity' needs the state texts: pass inputs={'state_texts': [...]} "
                 "(one string per row)"
             )
-        node, num_nodes = similarity_step_groups(prep, state_text, similarity_threshold)
+        node, num_nodes = similarity_step_groups(prep, state_texts, similarity_threshold)
     else:
         raise ValueError(f"unknown grouping {grouping!r}; choose one of {GROUPINGS}")
     stats = segment_stats(g, node, num_nodes)
