@@ -140,3 +140,36 @@ def test_caches_do_not_change_the_game(tasks):
     assert play(cached_env, actions)[0] == plain  # second reset: translation served from the cache
     cached_env.close()
     assert len(actions) >= 10
+
+
+def test_observation_key_rules_reproduce_the_environment_keys(tasks):
+    """The rollout engine's key_rules compute both rules' keys from the observations alone
+    (make_state_key_rule): they equal what AlfworldEnv keys with each rule, on a heat task (the
+    reference key joins the heat message with the next one) with refused actions in between."""
+    from g2po_bench.benchmarks.alfworld import make_state_key_rule
+
+    task = _shortest(tasks, "pick_heat_then_place_in_recep")
+    plan = []
+    for a in expert_actions(task):
+        plan += [a, "jump around"] if a.startswith("heat") else [a]
+    for rule in ("reference", "raw"):
+        env = AlfworldEnv(state_key=rule)
+        other = "raw" if rule == "reference" else "reference"
+        mine, theirs = make_state_key_rule(rule), make_state_key_rule(other)
+        obs = env.reset(task)
+        first = obs.text
+        keys = [(obs.state_key, mine.reset(obs), theirs.reset(obs))]
+        for a in plan:
+            obs = env.step(a)
+            keys.append((obs.state_key, mine.update(obs), theirs.update(obs)))
+        env.close()
+        assert obs.won
+        assert all(k == m for k, m, _ in keys)
+        if rule == "reference":
+            assert any(" " in k and k.count("Admissible actions") == 2 for k, _, _ in keys)  # a joined key
+            ref = [k for k, _, _ in keys]
+        else:
+            assert [t for _, _, t in keys] == ref  # the other rule, computed on the raw-keyed episode
+            assert keys[0][0] == first and keys[1][0] != keys[1][2]  # raw: the observation text itself
+    with pytest.raises(ValueError, match="unknown ALFWorld state key"):
+        make_state_key_rule("fancy")
