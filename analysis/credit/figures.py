@@ -115,7 +115,8 @@ def plot_correlations(record: dict[str, Any], out: str | os.PathLike, *, target:
     ax.axvline(0, color="0.5", lw=0.6)
     ax.set_xlabel(f"mean within-group Spearman with {TARGET_LABELS.get(target, target)} (95 % CI over groups)",
                   fontsize=8)
-    ax.legend(fontsize=7, loc="lower right")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="lower right")
     ax.tick_params(axis="x", labelsize=8)
     fig.tight_layout()
     return _save(fig, out)
