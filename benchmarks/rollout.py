@@ -19,7 +19,7 @@ Rewards follow the reference setting: the final step of a successful episode get
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,7 +83,9 @@ class RolloutBatch:
         trajectories: one dict per trajectory: ``traj_id, group_id, task_id, task_type,
             success, num_steps, score, invalid_steps, truncated`` (ran to the step limit
             without success), ``stuck`` (ended by ``stop_after_refusals``),
-            ``truncated_responses`` (steps whose response was cut at the token limit), ``crashed``.
+            ``truncated_responses`` (steps whose response was cut at the token limit), ``crashed``,
+            ``start_step`` (the length of its :class:`EpisodeStart` prefix, else 0), ``cut``
+            (stopped by ``collect_rollouts``' ``known_end``).
         sampler_logprobs: B entries, each the sampler's log-probs of the response tokens
             (``Generation.logprobs``) or None where the policy does not report them.
         actions: B action texts sent to the environment (the parser's choice; for an invalid
@@ -224,6 +226,7 @@ def collect_rollouts(
     starts: Sequence[EpisodeStart | None] | None = None,
     sample_seeds: Sequence[int] | None = None,
     key_rules: Sequence[str] = (),
+    known_end: Callable[[int, tuple[str, ...]], bool] | None = None,
 ) -> RolloutBatch:
     """Play ``group_size`` episodes of every task in lock-step and collect the steps.
 
@@ -262,6 +265,12 @@ def collect_rollouts(
         key_rules: state-key rules (``"raw"``, ``"reference"``) whose keys are recorded for
             every row besides the configured one (``RolloutBatch.state_keys_by_rule``), computed
             from the observations by :meth:`Benchmark.make_state_key_rule`; () records none.
+        known_end: None, or ``known_end(i, actions)`` called before each policy step of episode
+            i with the actions taken so far: True stops the episode there, before the policy
+            call, as one whose end the caller already knows (its trajectory says ``cut``; its
+            ``success`` is False and the rest is the caller's to fill in). With per-sample seeds
+            that depend on the step only, two episodes of one task, seed and history have the
+            same future: the credit instrument stops the second (:mod:`g2po_bench.analysis.credit`).
 
     Returns:
         RolloutBatch with one row per step taken (replayed steps included).
@@ -352,7 +361,12 @@ def collect_rollouts(
                 _check_replay(starts, [i], len(starts[i].actions), obs, env_task)
         timing["replay_s"] += time.perf_counter() - t0
 
+    cut = [False] * n_env
     for rnd in range(max_steps):
+        if known_end is not None:
+            for i in range(n_env):
+                if active[i] and known_end(i, tuple(a for _, a in history[i])):
+                    active[i], cut[i] = False, True
         idx = [i for i in range(n_env) if active[i]]
         if not idx:
             break
@@ -401,6 +415,7 @@ def collect_rollouts(
             "truncated": (not won[i]) and n_steps[i] >= max_steps, "stuck": stuck[i],
             "truncated_responses": cut_responses[i], "crashed": crashed[i],
             "start_step": 0 if starts is None or starts[i] is None else len(starts[i].actions),
+            "cut": cut[i],
         }
         for i in range(n_env)
     ]

@@ -249,6 +249,26 @@ def test_batched_and_unbatched_continuations_are_identical():
     assert results[0].success.any() and not results[0].success.all()
 
 
+def test_joining_continuations_with_the_same_history_and_seed_changes_no_result():
+    """With common random numbers a continuation that reaches a history an earlier one (same k,
+    same task) passed through takes its outcome instead of running on: the results equal those
+    of running every continuation to its end, with less work."""
+    from g2po_bench.analysis.credit.study import _study_rows, sample_groups
+
+    cfg = toy_cfg()
+    tasks = choose_tasks(TOY.load_tasks(cfg.env, "train"), 3, 2)
+    pol = ScriptedCorridorPolicy()
+    with EnvPool("toy", cfg.env, 2, max_episodes=0) as pool:
+        base = CreditSettings(groups=3, group_size=4, continuations=8, seed=2, wave=40)
+        rows = _study_rows(sample_groups(pol, pool, TOY, cfg, tasks, base), tasks)
+        joined, _ = run_continuations(pol, pool, TOY, cfg, tasks, rows, base)
+        base.merge = False
+        full, _ = run_continuations(pol, pool, TOY, cfg, tasks, rows, base)
+    for field in ("success", "length", "first_action", "ok"):
+        np.testing.assert_array_equal(getattr(joined, field), getattr(full, field))
+    assert joined.merged.mean() > 0.1 and not full.merged.any()
+
+
 def test_batched_and_unbatched_continuations_of_a_local_model_are_identical(tmp_path):
     """The same with a (tiny, untrained) transformers policy: per-sample seeds through generate()."""
     import sys

@@ -189,7 +189,7 @@ def _fingerprint(rb) -> str:
     for k, v in rb.steps.to_dict().items():
         h.update(k.encode())
         h.update(np.ascontiguousarray(v).tobytes())
-    trajs = [{k: v for k, v in t.items() if k != "start_step"} for t in rb.trajectories]
+    trajs = [{k: v for k, v in t.items() if k not in ("start_step", "cut")} for t in rb.trajectories]  # new keys
     h.update(json.dumps([rb.responses, rb.actions, rb.state_texts, rb.prompt_ids, trajs], sort_keys=True).encode())
     return h.hexdigest()
 
@@ -211,7 +211,7 @@ def test_engine_options_off_give_the_rollouts_of_the_engine_before_them():
     assert rb.refused.tolist() == [a == "jump" or not v for a, v in zip(rb.actions, [r != "no tags" for r in
                                                                                        rb.responses])]
     assert not rb.replayed.any() and rb.state_texts_by_rule == {}
-    assert all(t["start_step"] == 0 for t in rb.trajectories)
+    assert all(t["start_step"] == 0 and not t["cut"] for t in rb.trajectories)
 
 
 class PromptRecorder:

@@ -69,6 +69,9 @@ def add_credit_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="random numbers of continuation k shared by the prefixes of a task (common, default) or not")
     p.add_argument("--split", default=None,
                    help="task split to draw groups from (default: the tasks RL trains on, train.rl_tasks)")
+    p.add_argument("--no-merge", action="store_true",
+                   help="run every continuation to its end (by default one that reaches the history of an earlier "
+                        "one with the same random numbers takes its outcome: the same result, less work)")
     p.add_argument("--exact", action="store_true", help="exact values by dynamic programming (toy, toy-scripted)")
     p.add_argument("--wave", type=_positive, default=512, help="continuation episodes per engine call (default 512)")
     p.add_argument("--batch-tokens", type=_non_negative, default=0,
@@ -184,7 +187,7 @@ def run_study_command(args, console) -> tuple[Path, dict[str, Any]]:
     _check(args, cfg)
     settings = CreditSettings(groups=args.groups, group_size=args.group_size, continuations=args.continuations,
                               seed=args.seed, decisive=args.decisive, coupling=args.coupling, wave=args.wave,
-                              exact=args.exact, n_boot=args.n_boot)
+                              merge=not args.no_merge, exact=args.exact, n_boot=args.n_boot)
     try:
         settings.check()
     except ValueError as exc:
@@ -220,10 +223,18 @@ def run_study_command(args, console) -> tuple[Path, dict[str, Any]]:
     elif cfg.model.path is not None:
         policy = _load_local(cfg, Path(cfg.model.path), batch_tokens)
     else:
-        from g2po_bench.algorithms.backends.local.warm_start import ensure_warm_start
+        from g2po_bench.algorithms.backends.local.warm_start import (
+            ensure_warm_start,
+            warm_start_key,
+        )
 
-        with EnvPool(cfg.env.name, cfg.env, cfg.env.num_workers) as pool:  # expert replays recycle workers
-            ws = ensure_warm_start(cfg, pool, bench, train_tasks, run_root=out, progress=progress)
+        cached = cfg.train.warm_start_cache and (Path(cfg.train.warm_start_cache) / warm_start_key(cfg)
+                                                 / "warm_start.json").exists()
+        if cached:  # reused as is: no expert replay, no environment needed
+            ws = ensure_warm_start(cfg, None, bench, train_tasks, run_root=out, progress=progress)
+        else:
+            with EnvPool(cfg.env.name, cfg.env, cfg.env.num_workers) as pool:  # expert replays recycle workers
+                ws = ensure_warm_start(cfg, pool, bench, train_tasks, run_root=out, progress=progress)
         policy_rec.update({"path": str(ws.model_dir), "warm_start_key": ws.key, "reused": ws.reused})
         policy = _load_local(cfg, ws.model_dir, batch_tokens)
     progress.log(f"policy: {policy_rec['kind']} {policy_rec.get('path', '')}")
@@ -298,10 +309,12 @@ def run_bench_command(args, console) -> int:
              ("env_steps", "  environment steps after generation"), ("ground_truth", "ground truth"),
              ("exact", "exact values"), ("scoring", "scoring (every variant, 3 targets, bootstrap)"),
              ("report", "credit.json, report and figures")]
+    inner = ("generation", "replays", "resets", "env_steps")
     for key, label in order:
         if key in t and t[key] is not None:
-            share = f"{100 * t[key] / wall:5.1f} %" if key not in ("generation", "replays", "resets", "env_steps") \
-                else "       "
+            share = "       " if key in inner else f"{100 * t[key] / wall:5.1f} %"
             print(f"  {label:<48} {t[key]:8.1f} s  {share}")
+    rest = wall - sum(v for k, v in t.items() if k not in inner and isinstance(v, (int, float)))
+    print(f"  {'imports, config, tasks, policy loading / warm start':<48} {rest:8.1f} s  {100 * rest / wall:5.1f} %")
     sys.stdout.flush()
     return 0

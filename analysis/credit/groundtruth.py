@@ -157,13 +157,16 @@ class Continuations:
     - ``success`` bool: continuation k from prefix p succeeded;
     - ``length`` int64: its total number of steps from the reset (T');
     - ``first_action`` object (str): the action it took at the prefix's step t;
-    - ``ok`` bool: it did not crash (crashed ones are left out of every mean).
+    - ``ok`` bool: it did not crash (crashed ones are left out of every mean);
+    - ``merged`` bool or None: its end was taken from an earlier continuation with the same
+      history and random numbers (:func:`g2po_bench.analysis.credit.study.run_continuations`).
     """
 
     success: np.ndarray
     length: np.ndarray
     first_action: np.ndarray
     ok: np.ndarray
+    merged: np.ndarray | None = None
 
     @property
     def shape(self) -> tuple[int, int]:

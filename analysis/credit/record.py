@@ -8,8 +8,9 @@ One JSON object (NaN written as null):
 - ``policy`` (``kind``: warm_start | run | model | scripted, ``path``, ...), ``env``, ``config``
   (the resolved run config), ``settings`` (:class:`~g2po_bench.analysis.credit.study.CreditSettings`),
   ``mode`` (``monte_carlo`` | ``exact``), ``tasks`` (task ids, one per group);
-- ``summary``: rows, trajectories, success rate, prefixes, continuation episodes, rows without
-  ground truth, crashed continuations, decisive rows, the fraction of rows with A* = 0;
+- ``summary``: rows, trajectories, success rate, prefixes, continuation episodes (and how many
+  joined an earlier one), rows without ground truth, crashed continuations, decisive rows, the
+  fraction of rows with A* = 0;
 - ``timing``: seconds per phase;
 - ``variants`` (name, estimator, options, state_key, axis), ``skipped`` (name -> why);
 - ``scores``: per target (``a_star``, ``a_star_pool``, ``a_star_disc``): ``rows`` (name ->
@@ -96,6 +97,7 @@ def study_record(study, cfg, *, policy: dict[str, Any], command: list[str]) -> d
         "rows": len(st), "trajectories": len(rb.trajectories), "success_rate": rb.success_rate,
         "prefixes": len(rows.prefixes), "continuation_episodes": len(rows.prefixes) * study.settings.continuations,
         "rows_without_truth": study.crashed_rows, "crashed_continuations": mc.crashed if mc is not None else 0,
+        "merged_continuations": study.merged,
         "decisive_rows": int((np.abs(a) >= study.settings.decisive).sum()),
         "zero_a_star_frac": float((np.abs(a) <= 1e-12).mean()) if a.size else math.nan,
     }

@@ -89,6 +89,13 @@ def _differences(record: dict[str, Any], main_only: bool) -> str:
     return "\n".join(lines) + "\n" if n else "_none_\n"
 
 
+def _decisive_frac(record: dict[str, Any]) -> float | None:
+    """The fraction of rows whose A* is decisive (the same for every estimator row)."""
+    rows = record["scores"]["a_star"]["rows"]
+    first = next((v["name"] for v in record.get("variants", []) if v["name"] in rows), None)
+    return rows[first]["decisive_frac"] if first else None
+
+
 def _provenance(record: dict[str, Any]) -> str:
     code = record.get("code") or {}
     commit = (code.get("commit") or "not recorded")[:10]
@@ -126,7 +133,8 @@ def write_study_report(folder: str | os.PathLike, record: dict[str, Any], *, fig
         + f"; seed {s['seed']}.",
         "",
         f"Rows: {summ['rows']} steps of {summ['trajectories']} trajectories (success {100 * summ['success_rate']:.1f} %), "
-        f"{summ['prefixes']} distinct prefixes, {summ['continuation_episodes']} continuation episodes; "
+        f"{summ['prefixes']} distinct prefixes, {summ['continuation_episodes']} continuation episodes "
+        f"({summ.get('merged_continuations', 0)} took the end of an earlier one with the same history and seed); "
         f"A* = 0 on {100 * (summ['zero_a_star_frac'] or 0):.0f} % of the rows; {summ['decisive_rows']} decisive rows "
         f"(|A*| >= {s['decisive']}); rows without ground truth (crashed trajectories): {summ['rows_without_truth']}; "
         f"crashed continuations: {summ['crashed_continuations']}.",
@@ -142,7 +150,7 @@ def write_study_report(folder: str | os.PathLike, record: dict[str, Any], *, fig
     md += ["## Estimators against A*", "",
            "Mean within-group correlation (task groups with a defined value; n/u = defined/undefined groups), "
            "sign agreement on decisive steps and the fraction of |A| on them (the fraction of decisive rows is "
-           f"{_f(record['scores']['a_star']['rows']['oracle']['decisive_frac'])}), each with its 95 % bootstrap CI over "
+           f"{_f(_decisive_frac(record))}), each with its 95 % bootstrap CI over "
            "task groups. The oracle scores A* from half of the continuations against the other half.", "",
            summary_table(record).rstrip("\n"), "",
            "## Paired differences (main rows)", "", _differences(record, True).rstrip("\n"), "",

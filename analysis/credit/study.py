@@ -16,7 +16,10 @@ The phases (each timed; :class:`CreditStudy` ``timing``):
    (default) gives continuation k of every prefix of a task the same random numbers at the
    same step (common random numbers: V(h_t) and V(h_{t+1}) are estimated with correlated
    noise, which the paired standard error accounts for); ``"independent"`` seeds each prefix
-   apart;
+   apart. With common random numbers two continuations k of a task that reach the same history
+   have the same future, so a continuation stops as soon as it reaches a history an earlier
+   one passed through and takes its outcome (``merge``; prefixes run longest first, so the
+   continuation from h_t that repeats the recorded action a_t joins the one from h_{t+1});
 3. **ground truth**: :mod:`g2po_bench.analysis.credit.groundtruth` (or the exact values of
    :mod:`g2po_bench.analysis.credit.exact` on the toy corridor with a scripted policy);
 4. **scoring**: every row of :func:`g2po_bench.analysis.credit.variants.study_variants` on the
@@ -74,6 +77,10 @@ class CreditSettings:
         decisive: |A*| threshold of decisive steps (success probability).
         coupling: ``"common"`` or ``"independent"`` (module docstring).
         wave: continuation episodes per engine call (one policy batch per step).
+        merge: with ``"common"`` coupling, stop a continuation as soon as it reaches a history
+            that an earlier continuation with the same k of the same task passed through (its
+            future is the same: same history, same random numbers) and take that outcome; the
+            results are those of running it to its end.
         exact: values by dynamic programming (toy corridor, scripted policy).
         n_boot, confidence: bootstrap settings of the CIs.
 
@@ -88,6 +95,7 @@ class CreditSettings:
     decisive: float = 0.2
     coupling: str = "common"
     wave: int = 512
+    merge: bool = True
     exact: bool = False
     n_boot: int = 2000
     confidence: float = 0.95
@@ -132,6 +140,7 @@ class CreditStudy:
         mc_ceiling: exact mode with continuations: target -> the Monte-Carlo ceiling of the
             continuations (:func:`~g2po_bench.analysis.credit.scoring.ceiling`; the exact one is 1).
         crashed_rows: rows without ground truth (their trajectory crashed).
+        merged: continuations whose end was taken from an earlier one (``CreditSettings.merge``).
         timing: seconds per phase (``rollouts``, ``continuations`` with ``resets``,
             ``replays``, ``generation``, ``env_steps``, ``ground_truth``, ``scoring``).
     """
@@ -149,6 +158,7 @@ class CreditStudy:
     agreement: dict[str, float] | None = None
     mc_ceiling: dict[str, dict] | None = None
     crashed_rows: int = 0
+    merged: int = 0
     timing: dict[str, float] = field(default_factory=dict)
 
 
@@ -222,31 +232,47 @@ def run_continuations(policy, pool, bench, cfg, tasks: Sequence[Task], rows: Stu
     order = sorted(range(n_prefix), key=lambda p: (-rows.prefixes[p].step, p))
     jobs = [(p, k) for p in order for k in range(k_count)]
     timing = {"resets": 0.0, "replays": 0.0, "generation": 0.0, "env_steps": 0.0}
+    merged = np.zeros((n_prefix, k_count), dtype=bool)
+    # (task, k, actions so far) -> (success, episode length): with common random numbers every
+    # continuation k of a task that reaches the same history has the same future
+    known: dict[tuple[int, int, tuple[str, ...]], tuple[bool, int]] = {}
+    merge = settings.merge and settings.coupling == "common"
     for start in range(0, len(jobs), settings.wave):
         chunk = jobs[start:start + settings.wave]
         pre = [rows.prefixes[p] for p, _ in chunk]
+
+        def known_end(i: int, actions: tuple[str, ...], chunk=chunk, pre=pre) -> bool:
+            # only after the continuation's own first action (the pooled estimate needs it)
+            return len(actions) > pre[i].step and (pre[i].task_index, chunk[i][1], actions) in known
+
         rb = collect_rollouts(
             policy, pool, bench, [tasks[x.task_index] for x in pre], seed=settings.seed,
             starts=[EpisodeStart(x.actions, x.observations, x.valid) for x in pre],
             sample_seeds=[continuation_seed(settings, tasks[x.task_index].task_id, x.actions, k)
-                          for x, (_, k) in zip(pre, chunk)], **kw)
+                          for x, (_, k) in zip(pre, chunk)], known_end=known_end if merge else None, **kw)
         for key, src in (("resets", "reset_s"), ("replays", "replay_s"), ("generation", "generate_s"),
                          ("env_steps", "step_s")):
             timing[key] += rb.timing.get(src, 0.0)
-        starts = np.array([x.step for x in pre], dtype=np.int64)
         st = rb.steps
-        at_start = np.flatnonzero(st.step == starts[st.traj_id])
-        for r in at_start:
-            p, k = chunk[int(st.traj_id[r])]
-            first[p, k] = rb.actions[r]
-        for j, (p, k) in enumerate(chunk):
+        actions: list[list[str]] = [[] for _ in chunk]
+        for r in np.lexsort((st.step, st.traj_id)):
+            actions[int(st.traj_id[r])].append(rb.actions[r])
+        for j, ((p, k), x) in enumerate(zip(chunk, pre)):
             tr = rb.trajectories[j]
-            success[p, k] = bool(tr["success"])
-            length[p, k] = int(tr["num_steps"])
+            acts = actions[j]
+            first[p, k] = acts[x.step] if len(acts) > x.step else ""
             ok[p, k] = not tr["crashed"]
+            if tr["cut"]:
+                success[p, k], length[p, k] = known[(x.task_index, k, tuple(acts))]
+                merged[p, k] = True
+            else:
+                success[p, k], length[p, k] = bool(tr["success"]), int(tr["num_steps"])
+            if ok[p, k]:
+                for s in range(x.step, len(acts) + int(tr["cut"])):
+                    known.setdefault((x.task_index, k, tuple(acts[:s])), (bool(success[p, k]), int(length[p, k])))
         if on_wave is not None:
             on_wave(start + len(chunk), len(jobs))
-    return Continuations(success=success, length=length, first_action=first, ok=ok), timing
+    return Continuations(success=success, length=length, first_action=first, ok=ok, merged=merged), timing
 
 
 def _study_rows(rb, tasks: Sequence[Task]) -> StudyRows:
@@ -319,6 +345,7 @@ def run_study(cfg, policy, pool, bench, tasks: Sequence[Task], settings: CreditS
     progress.log(f"rollouts: {len(rb.steps)} step rows, success {rb.success_rate:.1%}, "
                  f"{len(rows.prefixes)} distinct prefixes ({timing['rollouts']:.1f} s)")
     mc = None
+    merged = 0
     if settings.continuations:
         total = len(rows.prefixes) * settings.continuations
         t0 = time.perf_counter()
@@ -331,9 +358,11 @@ def run_study(cfg, policy, pool, bench, tasks: Sequence[Task], settings: CreditS
         t0 = time.perf_counter()
         mc = ground_truth(rows, cont, gamma=cfg.algorithm.gamma)
         timing["ground_truth"] = time.perf_counter() - t0
+        merged = int(cont.merged.sum()) if cont.merged is not None else 0
         progress.log(f"continuations: {total} episodes in {timing['continuations']:.1f} s (generation "
                      f"{ctime['generation']:.1f}, replays {ctime['replays']:.1f}, resets {ctime['resets']:.1f}, "
-                     f"environment steps {ctime['env_steps']:.1f}); {mc.crashed} crashed")
+                     f"environment steps {ctime['env_steps']:.1f}); {merged} joined an earlier one with the same "
+                     f"history and seed; {mc.crashed} crashed")
     truth = mc
     agreement = mc_ceiling = None
     if settings.exact:
@@ -390,5 +419,6 @@ def run_study(cfg, policy, pool, bench, tasks: Sequence[Task], settings: CreditS
         progress.log("not scored: " + "; ".join(skipped.values()))
     return CreditStudy(settings=settings, tasks=list(tasks), rollouts=rb, rows=rows, truth=truth, monte_carlo=mc,
                        variants=scored, advantages=advantages, skipped=skipped, scores=scores, agreement=agreement,
-                       mc_ceiling=mc_ceiling, crashed_rows=int(no_truth.sum()), timing=timing)
+                       mc_ceiling=mc_ceiling, crashed_rows=int(no_truth.sum()), merged=merged,
+                       timing=timing)
 
