@@ -353,3 +353,28 @@ def test_g2po_credit_exact_on_the_toy_writes_its_record_and_report(tmp_path, cap
     # bad arguments fail before any work, in one line
     assert main(["credit", "--exact", "--groups", "2"]) == 2
     assert "env.name=toy --policy toy-scripted" in capsys.readouterr().err
+
+
+def test_a_monte_carlo_record_reports_its_ceiling_and_every_row(tmp_path):
+    from g2po_bench.analysis.credit.record import read_record, study_record, write_record
+    from g2po_bench.analysis.credit.report import ceiling_line, write_study_report
+
+    cfg = toy_cfg()
+    tasks = choose_tasks(TOY.load_tasks(cfg.env, "train"), 3, 0)
+    with EnvPool("toy", cfg.env, 2, max_episodes=0) as pool:
+        st = run_study(cfg, ScriptedCorridorPolicy(), pool, TOY, tasks, CreditSettings(groups=3, continuations=8,
+                                                                                         n_boot=100))
+    rec = study_record(st, cfg, policy={"kind": "scripted"}, command=["g2po", "credit"])
+    write_record(tmp_path, rec)
+    back = read_record(tmp_path)
+    assert back["mode"] == "monte_carlo" and len(back["rows"]) == len(st.rollouts.steps)
+    assert back["summary"]["continuation_episodes"] == len(st.rows.prefixes) * 8
+    r = st.scores["a_star"]["ceiling"]["split_half"]["mean"]
+    assert ceiling_line(back).startswith(f"split-half Spearman r = {r:.2f}")
+    np.testing.assert_allclose([x["a_star"] for x in back["rows"]], st.truth.a_star)
+    text = write_study_report(tmp_path, back, figures=False).read_text()
+    for name in [v.name for v in st.variants] + ["oracle"]:
+        assert f"| {name} |" in text
+    with pytest.raises(ValueError, match="not a credit record"):
+        (tmp_path / "x.json").write_text('{"kind": "evaluation"}')
+        read_record(tmp_path / "x.json")
