@@ -238,7 +238,8 @@ def run_continuations(policy, pool, bench, cfg, tasks: Sequence[Task], rows: Stu
     known: dict[tuple[int, int, tuple[str, ...]], tuple[bool, int]] = {}
     merge = settings.merge and settings.coupling == "common"
     for start in range(0, len(jobs), settings.wave):
-        chunk = jobs[start:start + settings.wave]
+        # a wave's slots ordered by task: a slot mostly keeps its game from one wave to the next
+        chunk = sorted(jobs[start:start + settings.wave], key=lambda j: (rows.prefixes[j[0]].task_index, j))
         pre = [rows.prefixes[p] for p, _ in chunk]
 
         def known_end(i: int, actions: tuple[str, ...], chunk=chunk, pre=pre) -> bool:
