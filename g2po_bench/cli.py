@@ -36,7 +36,11 @@ from rich.markup import escape
 from g2po_bench.algorithms.bench import main as bench_main
 from g2po_bench.algorithms.registry import describe_estimators
 from g2po_bench.analysis.cli import add_report_arguments, run_report
-from g2po_bench.analysis.credit.cli import add_credit_arguments, run_bench_command, run_credit_command
+from g2po_bench.analysis.credit.cli import (
+    add_credit_arguments,
+    run_bench_command,
+    run_credit_command,
+)
 from g2po_bench.analysis.graph_cli import add_graph_arguments, run_graph
 from g2po_bench.baselines.config import baseline_run_dict, is_baseline_request, load_baseline_config
 from g2po_bench.benchmarks.base import Benchmark

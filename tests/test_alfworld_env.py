@@ -146,8 +146,9 @@ def test_observation_key_rules_reproduce_the_environment_keys(tasks):
     """The rollout engine's key_rules compute both rules' keys from the observations alone
     (make_state_key_rule): they equal what AlfworldEnv keys with each rule, on a heat task (the
     reference key joins the heat message with the next one) with refused actions in between."""
-    from g2po_bench.benchmarks.alfworld import make_state_key_rule
+    from g2po_bench.benchmarks.alfworld import BENCHMARK
 
+    make_state_key_rule = BENCHMARK.make_state_key_rule
     task = _shortest(tasks, "pick_heat_then_place_in_recep")
     plan = []
     for a in expert_actions(task):

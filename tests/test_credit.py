@@ -28,8 +28,8 @@ from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.rollout import ReplayMismatch
 from g2po_bench.benchmarks.toy.policy import ScriptedCorridorPolicy, respond
 from g2po_bench.benchmarks.workers import EnvPool
-from g2po_bench.core.config import load_config
 from g2po_bench.core.protocol import Task
+from g2po_bench.runconfig import load_config
 
 TOY = get_benchmark("toy")
 
@@ -219,11 +219,15 @@ def test_sign_agreement_and_decisive_mass_by_hand():
 
 # ------------------------------------------------------------------ determinism and batching
 def test_a_non_deterministic_corridor_fails_with_the_one_line_replay_error():
+    """The corridor of tests/faulty_toy.py whose moves slip at random (test support)."""
+    from faulty_toy import faulty_toy
+
     cfg = toy_cfg()
-    tasks = [corridor(5, slip=0.4), corridor(6, slip=0.4)]
-    with EnvPool("toy", cfg.env, 2, max_episodes=0) as pool:
+    slippery = faulty_toy()
+    tasks = [Task(f"train/corridor-{n}", "corridor", slippery.name, {"length": n, "slip": 0.4}) for n in (5, 6)]
+    with EnvPool(slippery.name, cfg.env, 2, max_episodes=0) as pool:
         with pytest.raises(ReplayMismatch) as err:
-            run_study(cfg, ScriptedCorridorPolicy(), pool, TOY, tasks, CreditSettings(groups=2, continuations=8))
+            run_study(cfg, ScriptedCorridorPolicy(), pool, slippery, tasks, CreditSettings(groups=2, continuations=8))
     msg = str(err.value)
     assert "\n" not in msg and "train/corridor-" in msg and " at step " in msg and "not deterministic" in msg
 

@@ -27,6 +27,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+from g2po_bench.algorithms.backends.common import rl_tasks
+from g2po_bench.algorithms.backends.progress import RunProgress
+from g2po_bench.analysis.credit.record import CREDIT_FILE, study_record, write_record
+from g2po_bench.analysis.credit.report import ceiling_line, write_study_report
+from g2po_bench.analysis.credit.study import CreditSettings, choose_tasks, run_study
+from g2po_bench.benchmarks.registry import get_benchmark
+from g2po_bench.benchmarks.rollout import ReplayMismatch
+from g2po_bench.benchmarks.toy.policy import ScriptedCorridorPolicy
+from g2po_bench.benchmarks.workers import EnvPool
+from g2po_bench.core.config import ConfigError, config_to_yaml
+from g2po_bench.runconfig import load_config
+from g2po_bench.train import check_run_for_eval
+
 __all__ = ["add_credit_arguments", "run_credit_command", "run_bench_command", "POLICIES"]
 
 POLICIES = ("model", "toy-scripted")
@@ -85,22 +98,16 @@ def add_credit_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def _config(args):
-    from g2po_bench.core.config import ConfigError, load_config
-
     if args.run is not None:
         if args.config is not None or args.preset is not None:
             raise ConfigError("--run studies the run's policy on its own config.yaml; drop --config/--preset and give "
                               "changes as key=value overrides")
-        from g2po_bench.train import check_run_for_eval
-
         config_path, _ = check_run_for_eval(args.run)
         return load_config(config_path, args.overrides)
     return load_config(args.config, args.overrides, preset=args.preset)
 
 
 def _check(args, cfg) -> None:
-    from g2po_bench.core.config import ConfigError
-
     if args.policy == "toy-scripted" and cfg.env.name != "toy":
         raise ConfigError("--policy toy-scripted plays the toy corridor only; add env.name=toy")
     if args.exact and (cfg.env.name != "toy" or args.policy != "toy-scripted"):
@@ -119,9 +126,6 @@ def _check(args, cfg) -> None:
 
 
 def _out_dir(args, cfg, policy_label: str) -> Path:
-    from g2po_bench.analysis.credit.record import CREDIT_FILE
-    from g2po_bench.core.config import ConfigError
-
     name = args.name or time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     if args.out is not None:
         out = Path(args.out)
@@ -135,6 +139,7 @@ def _out_dir(args, cfg, policy_label: str) -> Path:
 
 
 def _load_local(cfg, model_dir: Path, batch_tokens: int):
+    # lazy: torch and transformers (about 5 s to import), not on the path of help and config errors
     from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
     from g2po_bench.algorithms.backends.local.policy import LocalPolicy
     from g2po_bench.algorithms.backends.local.precision import compute_dtype
@@ -154,6 +159,7 @@ def _critic(run: Path, policy, cfg):
     state = torch.load(state_path, weights_only=False, map_location="cpu")
     if "critic" not in state:
         return None
+    # lazy: torch (about 5 s to import) only for a run that has a critic
     from g2po_bench.algorithms.backends.local.precision import compute_dtype
     from g2po_bench.algorithms.backends.local.value import ValueModel
 
@@ -171,18 +177,6 @@ def run_study_command(args, console) -> tuple[Path, dict[str, Any]]:
         ConfigError: bad arguments or config (before any model is loaded).
         ReplayMismatch: the environment did not replay a prefix identically.
     """
-    import torch
-
-    from g2po_bench.algorithms.backends.common import rl_tasks
-    from g2po_bench.algorithms.backends.local.trainer import torch_threads
-    from g2po_bench.algorithms.backends.progress import RunProgress
-    from g2po_bench.analysis.credit.record import study_record, write_record
-    from g2po_bench.analysis.credit.report import write_study_report
-    from g2po_bench.analysis.credit.study import CreditSettings, choose_tasks, run_study
-    from g2po_bench.benchmarks.registry import get_benchmark
-    from g2po_bench.benchmarks.workers import EnvPool
-    from g2po_bench.core.config import ConfigError, config_to_yaml
-
     cfg = _config(args)
     _check(args, cfg)
     settings = CreditSettings(groups=args.groups, group_size=args.group_size, continuations=args.continuations,
@@ -194,7 +188,13 @@ def run_study_command(args, console) -> tuple[Path, dict[str, Any]]:
         raise ConfigError(str(exc)) from None
     bench = get_benchmark(cfg.env.name)
     progress = RunProgress(console, enabled=cfg.progress)
-    torch.set_num_threads(torch_threads(cfg))
+    if args.policy != "toy-scripted":
+        # lazy: torch and the trainer's thread rule (about 5 s to import), for model policies only
+        import torch
+
+        from g2po_bench.algorithms.backends.local.trainer import torch_threads
+
+        torch.set_num_threads(torch_threads(cfg))
     with progress.phase("loading tasks", key="tasks"):
         train_tasks = bench.load_tasks(cfg.env, cfg.env.train_split)
         pool_tasks = rl_tasks(cfg, train_tasks) if args.split is None else bench.load_tasks(cfg.env, args.split)
@@ -214,8 +214,6 @@ def run_study_command(args, console) -> tuple[Path, dict[str, Any]]:
     values_fn = None
     batch_tokens = args.batch_tokens or 128 * (cfg.train.max_prompt_tokens + cfg.train.max_response_tokens)
     if args.policy == "toy-scripted":
-        from g2po_bench.benchmarks.toy.policy import ScriptedCorridorPolicy
-
         policy = ScriptedCorridorPolicy()
     elif args.run is not None:
         policy = _load_local(cfg, Path(args.run) / "checkpoints" / "latest" / "policy", batch_tokens)
@@ -223,6 +221,7 @@ def run_study_command(args, console) -> tuple[Path, dict[str, Any]]:
     elif cfg.model.path is not None:
         policy = _load_local(cfg, Path(cfg.model.path), batch_tokens)
     else:
+        # lazy: the warm start builds with torch (about 5 s to import)
         from g2po_bench.algorithms.backends.local.warm_start import (
             ensure_warm_start,
             warm_start_key,
@@ -254,8 +253,6 @@ def run_study_command(args, console) -> tuple[Path, dict[str, Any]]:
 
 
 def _print_summary(record: dict[str, Any], out: Path, console) -> None:
-    from g2po_bench.analysis.credit.report import ceiling_line
-
     sc = record["scores"]["a_star"]["rows"]
     names = [v["name"] for v in record["variants"]] + ["oracle"]
     width = max(len(n) for n in names)
@@ -278,8 +275,6 @@ def _print_summary(record: dict[str, Any], out: Path, console) -> None:
 def run_credit_command(args, console) -> int:
     """``g2po credit``: run, write, print the table; returns the exit code (1 when the
     environment did not replay a prefix identically, with that one line)."""
-    from g2po_bench.benchmarks.rollout import ReplayMismatch
-
     try:
         out, record = run_study_command(args, console)
     except ReplayMismatch as exc:
@@ -291,8 +286,6 @@ def run_credit_command(args, console) -> int:
 
 def run_bench_command(args, console) -> int:
     """``g2po bench credit``: the study of the same arguments, then its seconds per phase."""
-    from g2po_bench.benchmarks.rollout import ReplayMismatch
-
     t0 = time.perf_counter()
     try:
         out, record = run_study_command(args, console)

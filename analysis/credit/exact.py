@@ -39,30 +39,24 @@ class ExactCorridor:
     Args:
         policy: has ``response_probabilities(prompt) -> {response: probability}`` depending on
             the prompt's current observation only.
-        benchmark: the toy benchmark module (``make_env``, ``build_prompt``, ``PROJECTION``).
-        task: the corridor task (``payload["length"]``; no ``slip``: exact values need a
-            deterministic environment).
+        benchmark: the toy benchmark (``make_env``, ``build_prompt``, ``parse_response``).
+        task: the corridor task (``payload["length"]``).
         max_steps, stop_after_refusals, gamma: as in the rollouts (``env.max_steps``,
             ``env.stop_after_refusals``, ``algorithm.gamma``).
 
     Raises:
-        ValueError: a task with ``slip`` > 0, or a policy without ``response_probabilities``.
+        ValueError: a policy without ``response_probabilities``.
     """
 
     def __init__(self, policy, benchmark, task: Task, *, max_steps: int, stop_after_refusals: int,
                  gamma: float, history_length: int = 2, prompt_style: str = "reference"):
-        if float((task.payload or {}).get("slip", 0.0)) > 0:
-            raise ValueError(f"exact values need a deterministic corridor; task {task.task_id!r} has slip > 0")
         if not hasattr(policy, "response_probabilities"):
             raise ValueError(f"exact mode needs a policy with explicit response probabilities "
                              f"(response_probabilities); {type(policy).__name__} has none")
-        from g2po_bench.benchmarks.parsing import parse_response
-
         self.policy, self.bench, self.task = policy, benchmark, task
         self.max_steps, self.limit, self.gamma = int(max_steps), int(stop_after_refusals), float(gamma)
         self.history_length, self.prompt_style = history_length, prompt_style
-        projection = getattr(benchmark, "PROJECTION", "alfworld")
-        self._parse = lambda text: parse_response(text, projection=projection).action
+        self._parse = lambda text: benchmark.parse_response(text).action
         self._env = benchmark.make_env(None)
         self._first = self._env.reset(task)
         self._value = lru_cache(maxsize=None)(self._solve)

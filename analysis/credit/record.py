@@ -30,10 +30,15 @@ import json
 import math
 import os
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from g2po_bench.benchmarks.rollout import state_label
+from g2po_bench.core.config import config_to_dict
+from g2po_bench.core.rundir import atomic_write_text, code_version, machine_info
 
 __all__ = ["CREDIT_FILE", "study_record", "write_record", "read_record", "find_records", "CREDIT_VERSION"]
 
@@ -61,12 +66,6 @@ def _clean(obj: Any) -> Any:
 
 def study_record(study, cfg, *, policy: dict[str, Any], command: list[str]) -> dict[str, Any]:
     """The ``credit.json`` object of a :class:`~g2po_bench.analysis.credit.study.CreditStudy`."""
-    from dataclasses import asdict
-
-    from g2po_bench.benchmarks.rollout import state_label
-    from g2po_bench.core.config import config_to_dict
-    from g2po_bench.core.rundir import code_version, machine_info
-
     rb, rows, truth = study.rollouts, study.rows, study.truth
     st = rb.steps
     keys = {rule: rb.state_keys_by_rule(rule) for rule in rb.state_texts_by_rule}
@@ -115,8 +114,6 @@ def study_record(study, cfg, *, policy: dict[str, Any], command: list[str]) -> d
 
 def write_record(folder: str | os.PathLike, record: dict[str, Any]) -> Path:
     """Write ``record`` as ``folder/credit.json`` (atomically); returns the path."""
-    from g2po_bench.core.rundir import atomic_write_text
-
     path = Path(folder) / CREDIT_FILE
     atomic_write_text(path, json.dumps(_clean(record), indent=1, allow_nan=False))
     return path

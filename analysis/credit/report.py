@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from g2po_bench.analysis.credit.figures import TARGET_LABELS, plot_correlations, plot_scatter
+from g2po_bench.analysis.credit.record import find_records, read_record
 
 __all__ = ["summary_table", "write_study_report", "credit_section", "ceiling_line"]
 
@@ -180,8 +181,6 @@ def credit_section(results_dir: str | os.PathLike, out_dir: str | os.PathLike) -
         (Markdown lines, one line per unreadable record: ``path: reason``); ([], []) when there
         is no study.
     """
-    from g2po_bench.analysis.credit.record import find_records, read_record
-
     lines: list[str] = []
     problems: list[str] = []
     for path in find_records(results_dir):

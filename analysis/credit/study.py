@@ -39,6 +39,9 @@ from typing import Any
 
 import numpy as np
 
+from g2po_bench.algorithms.backends.common import training_rollout_settings
+from g2po_bench.algorithms.backends.progress import RunProgress
+from g2po_bench.analysis.credit.exact import exact_ground_truth
 from g2po_bench.analysis.credit.groundtruth import (
     TARGETS,
     Continuations,
@@ -54,6 +57,7 @@ from g2po_bench.analysis.credit.variants import (
     study_variants,
     variant_advantages,
 )
+from g2po_bench.benchmarks.rollout import EpisodeStart, collect_rollouts
 from g2po_bench.core.batch import StepBatch
 from g2po_bench.core.protocol import STATE_KEY_RULES, Task
 from g2po_bench.core.seeding import mix_seed, text_seed
@@ -179,9 +183,6 @@ def sample_groups(policy, pool, bench, cfg, tasks: Sequence[Task], settings: Cre
                   on_step: Callable[[int, int], None] | None = None):
     """The G x N sampled rollouts (training's settings, :func:`training_rollout_settings`, with
     ``group_size`` = N and the state keys of both rules)."""
-    from g2po_bench.algorithms.backends.common import training_rollout_settings
-    from g2po_bench.benchmarks.rollout import collect_rollouts
-
     kw = training_rollout_settings(cfg)
     kw["group_size"] = settings.group_size
     return collect_rollouts(policy, pool, bench, list(tasks), seed=settings.seed, on_step=on_step,
@@ -217,9 +218,6 @@ def run_continuations(policy, pool, bench, cfg, tasks: Sequence[Task], rows: Stu
     Raises:
         ReplayMismatch: a replayed observation differs from the recorded one.
     """
-    from g2po_bench.algorithms.backends.common import training_rollout_settings
-    from g2po_bench.benchmarks.rollout import EpisodeStart, collect_rollouts
-
     k_count = settings.continuations
     n_prefix = len(rows.prefixes)
     success = np.zeros((n_prefix, k_count), dtype=bool)
@@ -328,8 +326,6 @@ def run_study(cfg, policy, pool, bench, tasks: Sequence[Task], settings: CreditS
             policy.
         ReplayMismatch: the environment did not replay a prefix identically.
     """
-    from g2po_bench.algorithms.backends.progress import RunProgress
-
     settings.check()
     progress = progress or RunProgress(None)
     timing: dict[str, float] = {}
@@ -367,8 +363,6 @@ def run_study(cfg, policy, pool, bench, tasks: Sequence[Task], settings: CreditS
     truth = mc
     agreement = mc_ceiling = None
     if settings.exact:
-        from g2po_bench.analysis.credit.exact import exact_ground_truth
-
         if cfg.env.name != "toy":
             raise ValueError(f"exact mode needs the toy corridor (env.name=toy), not {cfg.env.name}")
         t0 = time.perf_counter()

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from g2po_bench.algorithms.registry import available_estimators, estimate, estimator_spec
 from g2po_bench.core.batch import StepBatch
 
 __all__ = ["Variant", "VARIANTS", "W_GRID", "study_variants", "variant_advantages", "MissingInput"]
@@ -97,8 +98,6 @@ def study_variants(available: Sequence[str] | None = None,
         ValueError: two rows share a name.
     """
     if available is None:
-        from g2po_bench.algorithms.registry import available_estimators
-
         available = available_estimators()
     rows = [v for v in table if v.estimator in available]
     named = {v.estimator for v in rows}
@@ -130,8 +129,6 @@ def variant_advantages(variant: Variant, batches: Mapping[str, StepBatch], commo
         KeyError: ``batches`` has no batch for the variant's rule.
         ValueError: the registry's errors (bad options).
     """
-    from g2po_bench.algorithms.registry import estimate, estimator_spec
-
     spec = estimator_spec(variant.estimator)
     rule = variant.state_key or spec.state_key
     options: dict[str, Any] = {k: v for k, v in common.items() if k in spec.defaults}
