@@ -24,10 +24,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-__all__ = ["plot_scatter", "plot_correlations", "TARGET_LABELS"]
+from g2po_bench.analysis.credit.groundtruth import TARGET_LABELS  # noqa: E402
 
-TARGET_LABELS = {"a_star": "A* (success probability)", "a_star_pool": "A* pooled by first action",
-                 "a_star_disc": "A* discounted"}
+__all__ = ["plot_scatter", "plot_correlations"]
+
 
 
 def _save(fig, out: str | os.PathLike) -> Path:

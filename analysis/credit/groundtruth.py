@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["StudyRows", "Prefix", "Continuations", "GroundTruth", "index_prefixes", "ground_truth"]
+__all__ = ["StudyRows", "Prefix", "Continuations", "GroundTruth", "index_prefixes", "ground_truth", "TARGETS",
+           "TARGET_LABELS"]
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,9 @@ class GroundTruth:
 
 #: the ground-truth columns estimators are scored against
 TARGETS = ("a_star", "a_star_pool", "a_star_disc")
+#: their names in tables and figures
+TARGET_LABELS = {"a_star": "A* (success probability)", "a_star_pool": "A* pooled by first action",
+                 "a_star_disc": "A* discounted"}
 
 
 def _estimates(rows: StudyRows, cont: Continuations, cols: np.ndarray, gamma: float) -> dict[str, np.ndarray]:

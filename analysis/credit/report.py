@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from g2po_bench.analysis.credit.figures import TARGET_LABELS, plot_correlations, plot_scatter
+from g2po_bench.analysis.credit.groundtruth import TARGET_LABELS
 from g2po_bench.analysis.credit.record import find_records, read_record
 
 __all__ = ["summary_table", "write_study_report", "credit_section", "ceiling_line"]
@@ -112,6 +112,9 @@ def write_study_report(folder: str | os.PathLike, record: dict[str, Any], *, fig
     out = Path(folder)
     figs = {}
     if figures:
+        # lazy: matplotlib (about 1 s to import) only when figures are drawn, never for `g2po --help`
+        from g2po_bench.analysis.credit.figures import plot_correlations, plot_scatter
+
         figs["correlations"] = plot_correlations(record, out / "figures" / "correlations.png")
         figs["scatter"] = plot_scatter(record, out / "figures" / "scatter.png")
         figs["correlations_pooled"] = plot_correlations(record, out / "figures" / "correlations_pooled.png",
