@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from g2po_bench.analysis.credit.record import find_records
 from g2po_bench.analysis.load import DuplicateRunsError, find_run_dirs
 
 __all__ = ["add_report_arguments", "run_report", "main"]
@@ -45,8 +46,9 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
 
 def run_report(args: argparse.Namespace) -> int:
     """Write the report for parsed ``args``; print where it is and a summary. Returns an exit code
-    (0 ok, 2 the results folder does not exist or holds no run folder, an argument is out of range,
-    or two runs have the same method/size/env/seed). Evaluation-only folders are listed as skipped, one line each."""
+    (0 ok, 2 the results folder does not exist or holds neither a run folder nor a credit study
+    (``credit.json``), an argument is out of range, or two runs have the same method/size/env/seed).
+    Evaluation-only folders are listed as skipped, one line each."""
     results_dir = Path(args.results_dir)
     out = Path(args.out) if args.out else results_dir / "report"
     if not results_dir.is_dir():
@@ -62,10 +64,10 @@ def run_report(args: argparse.Namespace) -> int:
     # lazy: the report draws with matplotlib (about 1 s to import); `g2po --help` must not wait for it
     from g2po_bench.analysis.report import build_report
 
-    if not find_run_dirs(results_dir):
+    if not find_run_dirs(results_dir) and not find_records(results_dir):
         print(f"error: no run folder under {str(results_dir)!r} (a run folder holds the config.yaml and "
-              "metrics.jsonl that `g2po train` writes); pass a folder holding run folders, e.g. results/runs",
-              file=sys.stderr)
+              "metrics.jsonl that `g2po train` writes; a credit study its credit.json); pass a folder holding run "
+              "folders, e.g. results/runs", file=sys.stderr)
         return 2
 
     try:

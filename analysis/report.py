@@ -14,7 +14,9 @@ Table 1 and Table 2 beside the published numbers (:mod:`g2po_bench.analysis.tabl
 - ``runs.csv`` (the runs frame), ``cells.csv`` (aggregated cells with CIs),
   ``table1_cells.csv``/``table2_cells.csv`` (ours, reference and difference, numeric);
 - ``figures/*.png``, including one state graph per G2PO run that recorded step tables
-  (:func:`g2po_bench.analysis.graph_cli.report_state_graphs`).
+  (:func:`g2po_bench.analysis.graph_cli.report_state_graphs`);
+- a "Credit-assignment accuracy" section for every credit study (``credit.json`` of ``g2po
+  credit``) under ``results_dir`` (:func:`g2po_bench.analysis.credit.report.credit_section`).
 
 It works on an empty folder, a partial set of runs and runs still in progress; the only fatal
 error is a ``results_dir`` that does not exist (:class:`FileNotFoundError`).
@@ -44,6 +46,7 @@ from g2po_bench.analysis.aggregate import (
     method_differences,
     metrics_long,
 )
+from g2po_bench.analysis.credit.report import credit_section
 from g2po_bench.analysis.graph_cli import report_state_graphs
 from g2po_bench.analysis.load import LoadedRuns, load_runs, mark_short_runs
 from g2po_bench.analysis.naming import method_sort_key, model_size_sort_key
@@ -169,8 +172,9 @@ def build_report(
 
         graphs = report_state_graphs(loaded.runs, fig_dir)
 
+    credit = credit_section(results_dir, out)
     text = _render(results_dir, out, loaded, cells, iqm_df, tables, figs, which, confidence, n_boot, seed, figures,
-                   improvement, graphs, improvement_t, differences, min_iterations)
+                   improvement, graphs, improvement_t, differences, min_iterations, credit)
     path = out / "report.md"
     path.write_text(text, encoding="utf-8")
     return ReportResult(path, loaded, cells, tables, figs)
@@ -347,6 +351,7 @@ def _render(
     improvement_t: pd.DataFrame | None = None,
     differences: dict[bool, pd.DataFrame] | None = None,
     min_iterations: int | None = None,
+    credit: tuple[list[str], list[str]] = ([], []),
 ) -> str:
     runs = loaded.runs
     n_runs = len(runs)
@@ -458,6 +463,9 @@ def _render(
             rel = d.png.relative_to(out).as_posix()
             md += [f"### `{run_id}`: iteration {d.iteration}, group {d.group}", "",
                    f"![state graph of {run_id}]({rel})", "", d.caption, ""]
+    credit_lines, credit_problems = credit
+    if credit_lines:
+        md += [""] + credit_lines
     md += ["", "## Code and machines", "",
            "What produced the runs (`status.json` `code` and `machine`): the same commit, config and seed "
            "give the same episodes only on a CPU with the same kernels (`g2po_bench.core.rundir.machine_info`). "
@@ -487,7 +495,8 @@ def _render(
     else:
         md.append("- none")
     md += ["", "### Warnings", ""]
-    md += [f"- `{p.run_id}`: {p.reason}" for p in loaded.warnings] or ["- none"]
+    md += ([f"- `{p.run_id}`: {p.reason}" for p in loaded.warnings]
+           + [f"- credit study {line}" for line in credit_problems]) or ["- none"]
     if figures:
         md += ["", "### Figures not drawn", ""]
         not_drawn = [k for k, v in figs.items() if v is None]

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 from g2po_bench.benchmarks.parsing import PROJECTIONS, ParsedAction, parse_response
 from g2po_bench.core.config import EnvConfig, RunConfig, require
 from g2po_bench.core.errors import DataDownloadError
-from g2po_bench.core.protocol import Environment, Observation, Task
+from g2po_bench.core.protocol import Environment, Observation, OwnStateKey, Task
 
 __all__ = ["Benchmark"]
 
@@ -138,6 +138,21 @@ class Benchmark(ABC):
         """An evaluation score computed over the whole set of episodes (AppWorld's scenario
         completion), or None: the evaluation then averages the episodes' own scores."""
         return None
+
+    def make_state_key_rule(self, rule: str):
+        """A fresh per-episode key rule over observations for ``rule`` (``"reference"`` or
+        ``"raw"``), whatever rule the environments key with: an object with ``reset(obs)`` and
+        ``update(obs)`` returning the key text of that observation's state. The rollout engine's
+        ``key_rules`` record both rules' keys on the same rollouts (GiGPO groups by the raw key,
+        G2PO by the reference key). The default serves benchmarks with a single key rule: every
+        rule name gives the environment's own ``Observation.state_key``
+        (:class:`g2po_bench.core.protocol.OwnStateKey`); a benchmark whose ``env.state_key``
+        changes the key overrides it.
+
+        Raises:
+            ValueError: an unknown rule name.
+        """
+        return OwnStateKey(rule)
 
     def preload_worker_modules(self) -> None:  # noqa: B027 - optional hook
         """Import the environments' libraries in the process that forks the environment

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Generation", "Policy", "response_was_cut"]
+__all__ = ["Generation", "Policy", "response_was_cut", "supports_sample_seeds"]
 
 
 @dataclass
@@ -71,5 +71,22 @@ class Policy(Protocol):
         seed: int | None = None,
     ) -> list[Generation]:
         """Sample one response per prompt. ``temperature`` 0 means greedy decoding.
-        ``seed`` makes sampling reproducible for the same prompts on the same backend."""
+        ``seed`` makes sampling reproducible for the same prompts on the same backend.
+
+        Optional capability: a policy whose ``generate`` also takes ``seeds`` (a list with one
+        non-negative integer per prompt) samples each response from its own seed alone, so a
+        response does not depend on which other prompts share the call or how the call is cut
+        into batches (:func:`supports_sample_seeds`; :mod:`g2po_bench.core.seeding`). ``seed``
+        is then ignored."""
         ...
+
+
+def supports_sample_seeds(policy) -> bool:
+    """Whether ``policy.generate`` takes per-prompt ``seeds`` (see :class:`Policy`)."""
+    import inspect
+
+    try:
+        params = inspect.signature(policy.generate).parameters
+    except (TypeError, ValueError):
+        return False
+    return "seeds" in params

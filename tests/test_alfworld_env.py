@@ -177,3 +177,37 @@ def test_closed_engines_hand_their_library_on_and_mappings_stay_bounded(tasks):
         assert play(e, small[i % 2]) == fresh[i % 2]
         e.close()
     assert mapped_downward_libs() <= before + 3
+
+
+def test_observation_key_rules_reproduce_the_environment_keys(tasks):
+    """The rollout engine's key_rules compute both rules' keys from the observations alone
+    (make_state_key_rule): they equal what AlfworldEnv keys with each rule, on a heat task (the
+    reference key joins the heat message with the next one) with refused actions in between."""
+    from g2po_bench.benchmarks.alfworld import BENCHMARK
+
+    make_state_key_rule = BENCHMARK.make_state_key_rule
+    task = _shortest(tasks, "pick_heat_then_place_in_recep")
+    plan = []
+    for a in expert_actions(task):
+        plan += [a, "jump around"] if a.startswith("heat") else [a]
+    for rule in ("reference", "raw"):
+        env = AlfworldEnv(state_key=rule)
+        other = "raw" if rule == "reference" else "reference"
+        mine, theirs = make_state_key_rule(rule), make_state_key_rule(other)
+        obs = env.reset(task)
+        first = obs.text
+        keys = [(obs.state_key, mine.reset(obs), theirs.reset(obs))]
+        for a in plan:
+            obs = env.step(a)
+            keys.append((obs.state_key, mine.update(obs), theirs.update(obs)))
+        env.close()
+        assert obs.won
+        assert all(k == m for k, m, _ in keys)
+        if rule == "reference":
+            assert any(" " in k and k.count("Admissible actions") == 2 for k, _, _ in keys)  # a joined key
+            ref = [k for k, _, _ in keys]
+        else:
+            assert [t for _, _, t in keys] == ref  # the other rule, computed on the raw-keyed episode
+            assert keys[0][0] == first and keys[1][0] != keys[1][2]  # raw: the observation text itself
+    with pytest.raises(ValueError, match="unknown ALFWorld state key"):
+        make_state_key_rule("fancy")

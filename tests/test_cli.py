@@ -134,13 +134,20 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str, bool]]:
         (["bench", "webshop", "--data-dir", missing], "does not exist", True),
         (["sweep", "status", missing + ".yaml"], "no sweep spec", True),
         (["algorithms", "extra"], "unrecognized arguments", False),
+        (["credit", "--exact"], "env.name=toy --policy toy-scripted", True),
+        (["credit", "--run", missing], "does not exist", True),
+        (["credit", "--continuations", "3"], "must be even", True),
+        (["credit", "env.name=toy", "--policy", "toy-scripted", "--groups", "50"], "lower the groups", True),
+        (["credit", "train.lr=abc"], "train.lr", True),
+        (["credit", "--groups", "0"], "must be >= 1", False),
+        (["bench", "credit", "--policy", "toy-scripted"], "env.name=toy", True),
     ]
 
 
 def test_every_subcommand_fails_bad_input_in_one_line_without_traceback(tmp_path):
     cases = _bad_inputs(tmp_path)
     assert {c[0][0] for c in cases} >= {"train", "eval", "config", "data", "report", "bench", "sweep",
-                                        "algorithms"}
+                                        "algorithms", "credit"}
     for args, needle, ours in cases:
         res = _g2po(*args)
         lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
@@ -154,7 +161,8 @@ def test_every_subcommand_fails_bad_input_in_one_line_without_traceback(tmp_path
 
 
 # ---------------------------------------------------------------------------- item 6: help
-@pytest.mark.parametrize("command", ["train", "eval", "config", "data", "algorithms", "report", "bench", "sweep"])
+@pytest.mark.parametrize("command", ["train", "eval", "config", "data", "algorithms", "report", "bench", "sweep",
+                                     "credit"])
 def test_help_lists_the_main_forms_with_examples(command, capsys):
     with pytest.raises(SystemExit) as ex:
         main([command, "--help"])

@@ -207,3 +207,58 @@ def test_a_sampler_one_update_behind_warns_and_status_records_it(tmp_path, monke
     assert status["state"] == "done"
     assert status["warnings"]["stale_sampler"]["iteration"] == 2
     assert status["warnings"]["stale_sampler"]["gap"] == pytest.approx(gaps[1])
+
+
+# ------------------------------------------------------------------ per-sample seeds
+@pytest.fixture(scope="module")
+def peaked_policy(tmp_path_factory):
+    """A LocalPolicy on a tiny model whose LM head is scaled up: a few likely tokens per step."""
+    path = Path(tiny_model_dir(tmp_path_factory.mktemp("seeds")))
+    model, tok = load_model_and_tokenizer(path, device="cpu")
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(6.0)
+    return LocalPolicy(model, tok)
+
+
+def test_per_sample_seeds_give_each_response_independent_of_its_batch(peaked_policy):
+    pol = peaked_policy
+    seeds = [101, 202, 303, 404, 505, 606]
+    together = pol.generate(PROMPTS, temperature=1.0, max_new_tokens=12, seeds=seeds)
+    alone = [pol.generate([p], temperature=1.0, max_new_tokens=12, seeds=[s])[0] for p, s in zip(PROMPTS, seeds)]
+    reordered = pol.generate(PROMPTS[::-1], temperature=1.0, max_new_tokens=12, seeds=seeds[::-1])[::-1]
+    pol.max_batch_tokens = 40  # cut into several generate() batches
+    chunked = pol.generate(PROMPTS, temperature=1.0, max_new_tokens=12, seeds=seeds)
+    pol.max_batch_tokens = 0
+    assert pol.stats["batches"] > 3
+    for a, b, c, d in zip(together, alone, reordered, chunked):
+        assert a.response_ids == b.response_ids == c.response_ids == d.response_ids
+    assert len({tuple(g.response_ids) for g in together}) > 1
+    # another seed, another sample; a batch seed does not change a seeded response
+    other = pol.generate(PROMPTS, temperature=1.0, max_new_tokens=12, seeds=[s + 1 for s in seeds], seed=7)
+    assert [g.response_ids for g in other] != [g.response_ids for g in together]
+    with pytest.raises(ValueError, match="one seed per prompt"):
+        pol.generate(PROMPTS, temperature=1.0, max_new_tokens=4, seeds=[1])
+
+
+def test_per_sample_seeds_sample_the_policy_distribution(peaked_policy):
+    """First-token frequencies over 3000 seeds match softmax(logits / T) (within 4 standard errors),
+    and the recorded sampler log-probs are the rescored ones."""
+    pol = peaked_policy
+    n = 3000
+    prompt = PROMPTS[0]
+    gens = pol.generate([prompt] * n, temperature=0.8, max_new_tokens=1, seeds=list(range(n)))
+    ids = pol.encode_prompt(prompt)
+    with torch.no_grad():
+        logits = pol.model(input_ids=torch.tensor([ids])).logits[0, -1]
+    p = torch.softmax(logits.float() / 0.8, -1)
+    pad = pol.tokenizer.pad_token_id  # a sampled padding token is dropped from the response
+    tokens = [g.response_ids[0] if g.response_ids else pad for g in gens]
+    counts = torch.bincount(torch.tensor(tokens), minlength=p.numel()).double() / n
+    likely = p > 0.02
+    assert likely.sum() >= 3  # a distribution, not a point mass
+    se = torch.sqrt(p * (1 - p) / n)
+    assert torch.all((counts - p).abs()[likely] < 4 * se[likely])
+    assert counts[p < 1e-4].sum() < 0.01
+    kept = [g for g in gens[:60] if g.response_ids][:50]
+    lp = torch.tensor([g.logprobs[0] for g in kept])
+    torch.testing.assert_close(lp, torch.log(p)[[g.response_ids[0] for g in kept]].float(), atol=1e-4, rtol=0)

@@ -3,6 +3,7 @@
 import random
 
 import numpy as np
+import pytest
 from faulty_toy import faulty_toy
 
 from g2po_bench.benchmarks.policy import Generation
@@ -164,3 +165,152 @@ def test_workers_exit_when_the_parent_is_killed(tmp_path):
                  "Z" not in open(f"/proc/{p}/stat").read().split()[2]]
         time.sleep(0.1)
     assert alive == []
+
+
+# ------------------------------------------------------------------ options of the credit instrument
+class MixedPolicy:
+    """Per-batch seeded choice among moves, refusals and malformed outputs (the golden rollouts)."""
+
+    def generate(self, prompts, *, temperature, max_new_tokens, top_p=1.0, seed=None):
+        rng = random.Random(seed)
+        out = []
+        for p in prompts:
+            a = rng.choice(["go east", "go east", "go west", "look", "jump"])
+            out.append(Generation(text=act(a) if rng.random() > 0.1 else "no tags",
+                                  prompt_ids=[len(p)], response_ids=[1, 2]))
+        return out
+
+
+def _fingerprint(rb) -> str:
+    import hashlib
+    import json
+
+    h = hashlib.sha256()
+    for k, v in rb.steps.to_dict().items():
+        h.update(k.encode())
+        h.update(np.ascontiguousarray(v).tobytes())
+    trajs = [{k: v for k, v in t.items() if k not in ("start_step", "cut")} for t in rb.trajectories]  # new keys
+    h.update(json.dumps([rb.responses, rb.actions, rb.state_texts, rb.prompt_ids, trajs], sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def test_engine_options_off_give_the_rollouts_of_the_engine_before_them():
+    """The digest was computed with the engine before starts / sample_seeds / key_rules existed
+    (same tasks, policy and seed): with the options at their defaults, nothing changed."""
+    tasks = TOY.load_tasks(None, "train")
+    kw = dict(group_size=4, max_steps=7, temperature=1.0, max_new_tokens=8, seed=5, group_offset=3,
+              stop_after_refusals=2, refused_is_invalid=True)
+    with EnvPool("toy", None, 2) as pool:
+        rb = collect_rollouts(MixedPolicy(), pool, TOY, tasks, **kw)
+        explicit = collect_rollouts(MixedPolicy(), pool, TOY, tasks, starts=None, sample_seeds=None, key_rules=(), **kw)
+    assert len(rb.steps) == 89
+    assert _fingerprint(rb) == "bd36693f2100bf16c7d997f45b39088e87bd7b861847e3e5f778c8c9b5b9ca5f"
+    assert _fingerprint(explicit) == _fingerprint(rb)
+    # the new records: observation texts, refusal flags, no replayed rows, no other key rules
+    assert rb.observations[0] == "You are in room 0 of 2." and len(rb.observations) == 89
+    assert rb.refused.tolist() == [a == "jump" or not v for a, v in zip(rb.actions, [r != "no tags" for r in
+                                                                                       rb.responses])]
+    assert not rb.replayed.any() and rb.state_texts_by_rule == {}
+    assert all(t["start_step"] == 0 and not t["cut"] for t in rb.trajectories)
+
+
+class PromptRecorder:
+    """Records every prompt; answers from a script indexed by the prompt's step number."""
+
+    def __init__(self, script):
+        self.script, self.prompts = script, []
+
+    def generate(self, prompts, *, temperature, max_new_tokens, top_p=1.0, seed=None, seeds=None):
+        self.prompts += prompts
+        return [Generation(text=self.script[int(p.split(" Step ")[1].split(".")[0])]) for p in prompts]
+
+
+def test_an_episode_started_from_a_prefix_has_its_history_step_counter_and_refusals():
+    from g2po_bench.benchmarks.rollout import EpisodeStart
+
+    tasks = TOY.load_tasks(None, "train")[3:4]  # corridor of length 5
+    prefix = EpisodeStart(["go east", "jump"],
+                          ["You are in room 0 of 5.", "You are in room 1 of 5.", "Nothing happens."], [True, True])
+    pol = PromptRecorder([act("go east"), act("jump"), act("jump"), act("go east")])
+    with EnvPool("toy", None, 1) as pool:
+        rb = collect_rollouts(pol, pool, TOY, tasks, group_size=1, max_steps=6, temperature=1.0, max_new_tokens=8,
+                              seed=0, stop_after_refusals=2, starts=[prefix])
+    # the policy took over at step 2, with the replayed history in its prompt
+    assert len(pol.prompts) == 1
+    assert "Step 2." in pol.prompts[0]
+    assert "[You are in room 1 of 5. -> jump]" in pol.prompts[0] and "Now: Nothing happens." in pol.prompts[0]
+    # the refusal count was restored: one more refusal (the script's step 2) ends it as stuck
+    tr = rb.trajectories[0]
+    assert tr["stuck"] and not tr["success"] and tr["num_steps"] == 3 and tr["start_step"] == 2
+    assert rb.steps.step.tolist() == [0, 1, 2] and rb.replayed.tolist() == [True, True, False]
+    assert rb.actions == ["go east", "jump", "jump"] and rb.prompt_ids[0] == []
+    # the step limit counts from the reset: a 4-step limit leaves the policy steps 2 and 3
+    pol = PromptRecorder([act("look")] * 6)
+    with EnvPool("toy", None, 1) as pool:
+        rb = collect_rollouts(pol, pool, TOY, tasks, group_size=1, max_steps=4, temperature=1.0, max_new_tokens=8,
+                              seed=0, starts=[prefix])
+    assert rb.trajectories[0]["num_steps"] == 4 and rb.trajectories[0]["truncated"] and len(pol.prompts) == 2
+
+
+def test_a_replay_that_does_not_reproduce_the_recorded_observation_fails_in_one_line():
+    from g2po_bench.benchmarks.rollout import EpisodeStart, ReplayMismatch
+    from g2po_bench.core.protocol import Task
+
+    wrong = EpisodeStart(["go east"], ["You are in room 0 of 5.", "You are in room 2 of 5."])
+    tasks = TOY.load_tasks(None, "train")[3:4]
+    with EnvPool("toy", None, 1) as pool:
+        with pytest.raises(ReplayMismatch) as err:
+            collect_rollouts(ScriptedPolicy([act("look")]), pool, TOY, tasks, group_size=1, max_steps=4,
+                             temperature=1.0, max_new_tokens=8, seed=0, starts=[wrong])
+        msg = str(err.value)
+        assert "\n" not in msg and "train/corridor-5" in msg and "step 1" in msg
+        assert "'You are in room 2 of 5.'" in msg and "'You are in room 1 of 5.'" in msg
+    # a slippery corridor (test support) is not deterministic: replaying its own recorded actions fails
+    slippery = [Task("train/slippery-5", "corridor", faulty_toy().name, {"length": 5, "slip": 0.5})]
+    with EnvPool(faulty_toy().name, None, 1) as pool:
+        rec = collect_rollouts(ScriptedPolicy([act("go east")]), pool, faulty_toy(), slippery, group_size=1,
+                               max_steps=8, temperature=1.0, max_new_tokens=8, seed=0)
+        assert len(rec.actions) >= 4
+        # every replayed move slips alike with probability 1/2: 20 replays of >= 3 moves all match
+        # with probability <= 2^-60
+        replay = EpisodeStart(rec.actions[:-1], rec.observations)
+        with pytest.raises(ReplayMismatch, match="train/slippery-5"):
+            for _ in range(20):
+                collect_rollouts(ScriptedPolicy([act("go east")]), pool, faulty_toy(), slippery, group_size=1,
+                                 max_steps=8, temperature=1.0, max_new_tokens=8, seed=0, starts=[replay])
+
+
+def test_per_sample_seeds_make_an_episode_independent_of_its_batch():
+    from g2po_bench.benchmarks.toy.policy import ScriptedCorridorPolicy
+
+    tasks = TOY.load_tasks(None, "train")[2:4]
+    pol = ScriptedCorridorPolicy()
+    kw = dict(max_steps=8, temperature=1.0, max_new_tokens=8, seed=0, stop_after_refusals=2)
+    with EnvPool("toy", None, 2) as pool:
+        together = collect_rollouts(pol, pool, TOY, tasks, group_size=3, sample_seeds=[11, 12, 13, 21, 22, 23], **kw)
+        alone = [collect_rollouts(pol, pool, TOY, [tasks[i // 3]], group_size=1, sample_seeds=[s], **kw)
+                 for i, s in enumerate([11, 12, 13, 21, 22, 23])]
+        with pytest.raises(ValueError, match="seeds"):
+            collect_rollouts(ScriptedPolicy([act("look")]), pool, TOY, tasks, group_size=1, sample_seeds=[1, 2], **kw)
+    by_traj = {}
+    for r, t in enumerate(together.steps.traj_id):
+        by_traj.setdefault(int(t), []).append(together.actions[r])
+    assert [by_traj[i] for i in range(6)] == [a.actions for a in alone]
+    assert len({tuple(v) for v in by_traj.values()}) > 1  # the seeds do differ
+
+
+def test_state_keys_of_both_rules_are_recorded_on_the_same_rollouts():
+    tasks = TOY.load_tasks(None, "train")[2:3]
+    with EnvPool("toy", None, 1) as pool:
+        rb = collect_rollouts(SequencePolicy([act("go east"), act("jump"), act("go east"), act("go east")]), pool,
+                              TOY, tasks, group_size=1, max_steps=4, temperature=1.0, max_new_tokens=8, seed=0,
+                              key_rules=("raw", "reference"))
+    # the corridor has one rule: both name its own key ("Nothing happens" keeps the room)
+    assert rb.state_texts_by_rule["raw"] == rb.state_texts_by_rule["reference"] == rb.state_texts
+    assert rb.state_texts == ["room 0", "room 1", "room 1", "room 2"]
+    np.testing.assert_array_equal(rb.state_keys_by_rule("raw"), rb.steps.state_key)
+    with EnvPool("toy", None, 1) as pool:
+        plain = collect_rollouts(SequencePolicy([act("go east")] * 4), pool, TOY, tasks, group_size=1, max_steps=2,
+                                 temperature=1.0, max_new_tokens=8, seed=0)
+    with pytest.raises(KeyError, match="not recorded"):
+        plain.state_keys_by_rule("raw")

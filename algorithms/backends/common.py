@@ -43,7 +43,8 @@ from g2po_bench.core.steptable import BASE_COLUMNS, write_step_table
 __all__ = ["STALE_SAMPLER_GAP", "StaleSamplerWarning", "SamplerGapMonitor", "needs_critic", "estimator_options", "estimator_inputs_of",
            "step_advantages", "eval_summary", "eval_record",
            "at_train_temperature", "train_temperature_eval_due", "load_task_splits",
-           "training_rollouts", "evaluate_panel", "record_evaluation", "rollout_metrics", "eval_metrics",
+           "training_rollouts", "training_rollout_settings", "evaluate_panel", "record_evaluation",
+           "rollout_metrics", "eval_metrics",
            "step_table_columns", "record_step_table", "ACTION_CHARS", "TruncationWarnings",
            "PromptTruncationWarning"]
 
@@ -191,14 +192,23 @@ def training_rollouts(cfg, policy, pool, bench, train_tasks, iteration: int, on_
     rng = np.random.default_rng([cfg.seed, iteration])
     k = min(cfg.train.groups_per_batch, len(train_tasks))
     chosen = [train_tasks[i] for i in sorted(rng.choice(len(train_tasks), size=k, replace=False))]
-    return collect_rollouts(
-        policy, pool, bench, chosen, group_size=cfg.train.group_size,
-        max_steps=cfg.env.max_steps, temperature=cfg.train.temperature, top_p=cfg.train.top_p,
-        max_new_tokens=cfg.train.max_response_tokens, seed=cfg.seed * 100003 + iteration,
-        history_length=cfg.env.history_length, success_reward=cfg.algorithm.success_reward,
-        prompt_style=cfg.env.prompt, on_step=on_step, stop_after_refusals=cfg.env.stop_after_refusals,
-        refused_is_invalid=cfg.env.refused_is_invalid,
-    )
+    return collect_rollouts(policy, pool, bench, chosen, seed=cfg.seed * 100003 + iteration, on_step=on_step,
+                            **training_rollout_settings(cfg))
+
+
+def training_rollout_settings(cfg) -> dict[str, Any]:
+    """The keywords of :func:`g2po_bench.benchmarks.rollout.collect_rollouts` that make a training
+    iteration's episodes (everything but the tasks, the seed and the progress callback): group
+    size, step limit, sampling temperature and top-p, response length, history, success reward,
+    prompt style, refusal stop and ``refused_is_invalid``. The credit instrument
+    (:mod:`g2po_bench.analysis.credit`) samples and continues episodes with the same settings."""
+    return {
+        "group_size": cfg.train.group_size, "max_steps": cfg.env.max_steps,
+        "temperature": cfg.train.temperature, "top_p": cfg.train.top_p,
+        "max_new_tokens": cfg.train.max_response_tokens, "history_length": cfg.env.history_length,
+        "success_reward": cfg.algorithm.success_reward, "prompt_style": cfg.env.prompt,
+        "stop_after_refusals": cfg.env.stop_after_refusals, "refused_is_invalid": cfg.env.refused_is_invalid,
+    }
 
 
 def evaluate_panel(cfg, policy, pool, bench, panel, iteration: int, on_progress=None) -> dict[str, Any]:

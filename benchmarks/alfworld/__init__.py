@@ -35,6 +35,7 @@ from g2po_bench.benchmarks.alfworld.games import (
 )
 from g2po_bench.benchmarks.alfworld.generate import ensure_generated, generate_games
 from g2po_bench.benchmarks.alfworld.prompt import build_prompt, expert_response, plan_sentence
+from g2po_bench.benchmarks.alfworld.state_keys import ObservationKeys
 from g2po_bench.benchmarks.base import Benchmark
 from g2po_bench.benchmarks.loading import check_split_count, require_at_least
 from g2po_bench.core.config import require
@@ -319,6 +320,11 @@ class AlfworldBenchmark(Benchmark):
         or checkpoint policy, marked by ``g2po_tiny.json``), ``reference`` for real models."""
         tiny = cfg.model.path is None or (Path(cfg.model.path) / "g2po_tiny.json").is_file()
         return "compact" if tiny else "reference"
+
+    def make_state_key_rule(self, rule):
+        """ALFWorld keys by the reference rule or the raw observation
+        (:class:`~g2po_bench.benchmarks.alfworld.state_keys.ObservationKeys`)."""
+        return ObservationKeys(rule)
 
     def preload_worker_modules(self) -> None:
         engine.preload_worker_modules()

@@ -50,6 +50,7 @@ __all__ = [
     "ReferenceStateKey",
     "format_state_text",
     "make_state_key",
+    "ObservationKeys",
 ]
 
 #: observation prefixes whose effect is invisible in the next observation (reference ``PATTERNS``).
@@ -135,3 +136,27 @@ def make_state_key(kind: str | Callable[[], StateKeyRule]) -> StateKeyRule:
     if kind == "raw":
         return RawStateKey()
     raise ValueError(f"unknown ALFWorld state key {kind!r}; choose 'reference' or 'raw'")
+
+
+class ObservationKeys:
+    """A key rule fed with whole :class:`~g2po_bench.core.protocol.Observation` objects (the
+    rollout engine's ``key_rules``, :func:`g2po_bench.benchmarks.alfworld.make_state_key_rule`):
+    ``reset(obs)`` / ``update(obs)`` give the key of ``rule`` for the observation's text and
+    admissible actions, the same text :class:`~g2po_bench.benchmarks.alfworld.env.AlfworldEnv`
+    keys with that rule.
+
+    Args:
+        rule: ``"reference"``, ``"raw"`` or a factory (:func:`make_state_key`).
+
+    Raises:
+        ValueError: unknown rule name.
+    """
+
+    def __init__(self, rule: str | Callable[[], StateKeyRule]) -> None:
+        self._rule = make_state_key(rule)
+
+    def reset(self, obs) -> str:
+        return self._rule.reset(obs.text, obs.admissible_actions)
+
+    def update(self, obs) -> str:
+        return self._rule.update(obs.text, obs.admissible_actions)

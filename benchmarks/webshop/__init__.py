@@ -27,7 +27,7 @@ from g2po_bench.benchmarks.base import Benchmark
 from g2po_bench.benchmarks.webshop.bench import main as speed_benchmark_main
 from g2po_bench.benchmarks.webshop.catalog import Catalog, DataSource
 from g2po_bench.benchmarks.webshop.download import download_webshop
-from g2po_bench.benchmarks.webshop.env import WebShopEnv
+from g2po_bench.benchmarks.webshop.env import STATE_KEYS, WebShopEnv
 from g2po_bench.benchmarks.webshop.expert import expert_actions
 from g2po_bench.benchmarks.webshop.goals import Goal
 from g2po_bench.benchmarks.webshop.nouns import NounExtractorError, check_noun_extractor
@@ -58,8 +58,29 @@ __all__ = [
     "source_for",
     "task_for_goal",
     "WebShopBenchmark",
+    "PageKey",
     "BENCHMARK",
 ]
+
+class PageKey:
+    """WebShop's key rule over observations (stateless; :meth:`WebShopBenchmark.make_state_key_rule`):
+    ``"reference"`` = the page text after the instruction (:func:`format_observation`), ``"raw"``
+    = the observation text, as :class:`WebShopEnv` keys with that rule.
+
+    Raises:
+        ValueError: another rule name.
+    """
+
+    def __init__(self, rule: str) -> None:
+        if rule not in STATE_KEYS:
+            raise ValueError(f"unknown state key rule {rule!r}; choose reference or raw")
+        self.rule = rule
+
+    def reset(self, obs) -> str:
+        return format_observation(obs.text, obs.instruction) if self.rule == "reference" else obs.text
+
+    update = reset
+
 
 class WebShopBenchmark(Benchmark):
     """WebShop as the suite's benchmark: the functions of this package, its settings
@@ -102,6 +123,11 @@ class WebShopBenchmark(Benchmark):
 
     def download(self, dest):
         return download_webshop(dest)
+
+    def make_state_key_rule(self, rule):
+        """WebShop keys the page text after the instruction (``"reference"``) or the whole
+        observation (``"raw"``): :class:`PageKey`."""
+        return PageKey(rule)
 
     def speed_benchmark(self, argv):
         return int(speed_benchmark_main(list(argv), prog="g2po bench webshop") or 0)

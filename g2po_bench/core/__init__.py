@@ -7,4 +7,6 @@
 - :mod:`~g2po_bench.core.rundir`, :mod:`~g2po_bench.core.steptable`,
   :mod:`~g2po_bench.core.crashes`: the run folder and its records.
 - :mod:`~g2po_bench.core.stats`: bootstrap confidence intervals.
+- :mod:`~g2po_bench.core.seeding`: per-sample seeds (counter-based random numbers that do not
+  depend on how a batch is cut).
 """

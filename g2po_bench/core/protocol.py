@@ -12,7 +12,11 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Task", "Observation", "crashed_observation", "Environment", "Mistake", "IfAdmissible", "RefusalStop", "state_key_rule"]
+__all__ = ["Task", "Observation", "crashed_observation", "Environment", "Mistake", "IfAdmissible", "RefusalStop",
+           "state_key_rule", "OwnStateKey", "STATE_KEY_RULES"]
+
+#: the state-key rules a benchmark may offer (ALGORITHMS.md "State keys")
+STATE_KEY_RULES = ("reference", "raw")
 
 
 @dataclass(frozen=True)
@@ -160,3 +164,27 @@ def state_key_rule(cfg) -> str:
     if rule not in ("reference", "raw"):
         raise ValueError(f"unknown state key rule {rule!r}; choose auto, reference or raw")
     return rule
+
+
+class OwnStateKey:
+    """The observation key rule of an environment with a single key rule (the toy corridor,
+    AppWorld): every rule name gives the environment's own ``Observation.state_key``. It serves
+    a benchmark's ``make_state_key_rule`` (the rollout engine's ``key_rules``).
+
+    Args:
+        rule: ``"reference"`` or ``"raw"``.
+
+    Raises:
+        ValueError: another rule name.
+    """
+
+    def __init__(self, rule: str) -> None:
+        if rule not in STATE_KEY_RULES:
+            raise ValueError(f"unknown state key rule {rule!r}; choose {' or '.join(STATE_KEY_RULES)}")
+        self.rule = rule
+
+    def reset(self, obs: Observation) -> str:
+        return obs.state_key
+
+    def update(self, obs: Observation) -> str:
+        return obs.state_key

@@ -23,7 +23,11 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from g2po_bench.algorithms.backends.local.precision import autocast
-from g2po_bench.algorithms.backends.local.sampling import SampledLogprobs, SamplingParams
+from g2po_bench.algorithms.backends.local.sampling import (
+    SampledLogprobs,
+    SamplingParams,
+    SeededCategorical,
+)
 from g2po_bench.benchmarks.policy import Generation
 
 __all__ = ["LocalPolicy", "plan_batches", "pack_sequences", "response_logprobs"]
@@ -135,14 +139,25 @@ class LocalPolicy:
 
     @torch.no_grad()
     def generate(self, prompts: list[str], *, temperature: float, max_new_tokens: int,
-                 top_p: float = 1.0, seed: int | None = None) -> list[Generation]:
+                 top_p: float = 1.0, seed: int | None = None,
+                 seeds: list[int] | None = None) -> list[Generation]:
         """Sample one response per prompt (see :class:`g2po_bench.benchmarks.policy.Policy`).
 
         Every :class:`Generation` carries ``logprobs`` and ``entropies``: the log-probability
         of each response token under the distribution it was sampled from, and that
         distribution's entropy (:class:`SampledLogprobs`; None for greedy decoding).
+
+        Args:
+            seeds: one seed per prompt (per-sample seeding, :class:`SeededCategorical`): each
+                response depends on its prompt and its seed only, not on the batch; ``seed``
+                is then ignored. None (the default): one ``torch.manual_seed(seed)`` per call.
+
+        Raises:
+            ValueError: ``seeds`` does not hold one seed per prompt.
         """
-        if seed is not None:
+        if seeds is not None and len(seeds) != len(prompts):
+            raise ValueError(f"seeds has {len(seeds)} entries for {len(prompts)} prompts; give one seed per prompt")
+        if seed is not None and seeds is None:
             torch.manual_seed(seed)
         params = self.sampling(temperature, top_p)
         was_training = self.model.training
@@ -162,8 +177,9 @@ class LocalPolicy:
                 chunk = [encoded[i] for i in batch]
                 input_ids, attention_mask = _left_pad(chunk, pad, self.device)
                 record = None if params.greedy else SampledLogprobs()
+                seeded = None if seeds is None else SeededCategorical([seeds[i] for i in batch])
                 kwargs = params.generate_kwargs(self.model, max_new_tokens=max_new_tokens, pad_token_id=pad,
-                                                eos_token_id=eos, record=record)
+                                                eos_token_id=eos, record=record, seeded=seeded)
                 seqs = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
                 lps = record.finish(seqs).tolist() if record is not None else None
                 ents = record.entropies(len(chunk)).tolist() if record is not None else None

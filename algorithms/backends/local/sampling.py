@@ -23,6 +23,11 @@ disagreed from the first step. Here:
   token and the entropy of the distribution it was drawn from, under the final processed
   scores (what ``generate`` sampled from), without keeping a (steps, batch, vocabulary) tensor
   of scores. Recording reads the scores and changes nothing that is sampled.
+- :class:`SeededCategorical` (per-sample seeds, an option of ``generate``): draws each row's
+  token from the same processed distribution by inverse CDF with a uniform that depends on the
+  row's own seed and the token index only (:mod:`g2po_bench.core.seeding`), so a response does
+  not depend on the other rows of its batch; ``generate`` then decodes greedily over the one
+  token left.
 
 Sources: transformers ``GenerationMixin._get_logits_processor`` and
 ``_prepare_generation_config`` (which processors a config switches on, and that unset
@@ -38,7 +43,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["SamplingParams", "SampledLogprobs", "model_generation_overrides"]
+from g2po_bench.core.seeding import uniforms
+
+__all__ = ["SamplingParams", "SampledLogprobs", "SeededCategorical", "model_generation_overrides"]
 
 # GenerationConfig fields that switch a logits processor on, with their neutral value
 # (transformers GenerationMixin._get_logits_processor); set explicitly on every call so that
@@ -137,13 +144,17 @@ class SamplingParams:
         return procs
 
     def generate_kwargs(self, model, *, max_new_tokens: int, pad_token_id: int | None,
-                        eos_token_id: int | list[int] | None, record: SampledLogprobs | None = None
-                        ) -> dict[str, Any]:
+                        eos_token_id: int | list[int] | None, record: SampledLogprobs | None = None,
+                        seeded: SeededCategorical | None = None) -> dict[str, Any]:
         """Keywords for ``model.generate``: an explicit ``GenerationConfig`` with every processor
         field at its neutral value and sampling on unless greedy, this definition's warpers as
         the only ``logits_processor`` (``record`` appended last, so it sees the final scores),
         and ``use_model_defaults=False`` on transformers versions that have it (4.50-4.x, where
         an explicit config's default-valued fields are otherwise replaced by the model's).
+
+        With ``seeded`` (per-sample seeds; ignored for greedy definitions) the draw happens in
+        ``seeded``, appended after ``record``, and ``generate`` decodes greedily over the one
+        token it leaves: the same distribution, sampled row by row from each row's own seed.
 
         Raises:
             ValueError: ``model.generation_config`` sets a processor that has no neutral
@@ -159,11 +170,15 @@ class SamplingParams:
                 "the sampled distribution without the trainer knowing. Remove them from the model "
                 "folder's generation_config.json"
             )
-        config = GenerationConfig(**_NEUTRAL, do_sample=not self.greedy, max_new_tokens=int(max_new_tokens),
-                                  pad_token_id=pad_token_id, eos_token_id=eos_token_id)
+        seeded = None if self.greedy else seeded
+        config = GenerationConfig(**_NEUTRAL, do_sample=not self.greedy and seeded is None,
+                                  max_new_tokens=int(max_new_tokens), pad_token_id=pad_token_id,
+                                  eos_token_id=eos_token_id)
         procs = self.logits_processors()
         if record is not None:
             procs.append(record)
+        if seeded is not None:
+            procs.append(seeded)
         kwargs: dict[str, Any] = {"generation_config": config, "logits_processor": procs}
         if _accepts(model.generate, "use_model_defaults"):
             kwargs["use_model_defaults"] = False
@@ -236,3 +251,35 @@ class SampledLogprobs:
         if not self.entropy_steps:
             return torch.zeros((batch_size, 0), dtype=torch.float32)
         return torch.stack(self.entropy_steps, dim=1)
+
+
+class SeededCategorical:
+    """A logits processor, placed last, that samples each row's next token from its own seed.
+
+    At the j-th decoding step (the j-th call), row r's token is the inverse-CDF draw
+    ``min{v : cdf_r(v) > u_r * cdf_r(V-1)}`` from ``softmax(scores_r)`` (the processed scores:
+    temperature, top-k, top-p already applied; computed in float64), with
+    ``u_r = uniforms([seeds[r]], j)`` (:func:`g2po_bench.core.seeding.uniforms`). The returned
+    scores are -inf everywhere but at the drawn token, so greedy decoding emits it. The draw of
+    a row depends only on its seed, the token index and its own scores, never on the other rows
+    of the batch (up to the float rounding of the model's forward pass, which can differ with
+    the batch's shape and padding; a flip needs a uniform within that rounding of a CDF step).
+
+    Args:
+        seeds: one non-negative integer per row of the batch, in row order.
+    """
+
+    def __init__(self, seeds):
+        self.seeds = [int(s) for s in seeds]
+        self.calls = 0
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if scores.shape[0] != len(self.seeds):
+            raise ValueError(f"SeededCategorical has {len(self.seeds)} seeds for a batch of {scores.shape[0]} rows")
+        u = torch.as_tensor(uniforms(self.seeds, self.calls), dtype=torch.float64, device=scores.device)
+        self.calls += 1
+        cdf = torch.softmax(scores.double(), dim=-1).cumsum(dim=-1)
+        target = (u * cdf[:, -1]).unsqueeze(-1)
+        token = torch.searchsorted(cdf, target, right=True).clamp(max=scores.shape[-1] - 1)
+        out = torch.full_like(scores, float("-inf"))
+        return out.scatter_(-1, token, 0.0)

@@ -1,0 +1,313 @@
+"""``g2po credit`` and ``g2po bench credit``: arguments, policy and config loading, outputs.
+
+::
+
+    g2po credit                                   # CPU default: its cached warm start (built if missing)
+    g2po credit --run results/runs/RUN            # a run's latest checkpoint, on the run's config.yaml
+    g2po credit model.path=FOLDER [key=value ...] # a model folder
+    g2po credit env.name=toy --policy toy-scripted --exact   # exact ground truth on the toy corridor
+    g2po bench credit [same arguments]            # the same study, then where the time went
+
+The policy is the run's checkpoint (``--run``; PPO runs bring their critic, so the PPO rows are
+scored), the folder ``model.path``, the scripted toy policy (``--policy toy-scripted``), or by
+default the warm start of the config (the CPU default's, shared with ``g2po train`` through
+``train.warm_start_cache``; built when missing). The config is the dataclass defaults <
+``--preset`` < ``--config`` < ``key=value`` overrides, as ``g2po train`` takes them (with ``--run``:
+the run's ``config.yaml`` < overrides). The study is written to ``--out`` (default:
+``RUN/credit/<name>`` with ``--run``, else ``<output_dir>/credit/<env>-<policy>-<name>``, the name
+being ``--name`` or the UTC time): ``credit.json``, ``report.md``, ``figures/`` and
+``credit_config.yaml``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from g2po_bench.algorithms.backends.common import rl_tasks
+from g2po_bench.algorithms.backends.progress import RunProgress
+from g2po_bench.analysis.credit.record import CREDIT_FILE, study_record, write_record
+from g2po_bench.analysis.credit.report import ceiling_line, write_study_report
+from g2po_bench.analysis.credit.study import CreditSettings, choose_tasks, run_study
+from g2po_bench.benchmarks.registry import get_benchmark
+from g2po_bench.benchmarks.rollout import ReplayMismatch
+from g2po_bench.benchmarks.toy.policy import ScriptedCorridorPolicy
+from g2po_bench.benchmarks.workers import EnvPool
+from g2po_bench.core.config import ConfigError, config_to_yaml
+from g2po_bench.runconfig import load_config
+from g2po_bench.train import check_run_for_eval
+
+__all__ = ["add_credit_arguments", "run_credit_command", "run_bench_command", "POLICIES"]
+
+POLICIES = ("model", "toy-scripted")
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
+    return n
+
+
+def _non_negative(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
+    return n
+
+
+def add_credit_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The arguments of ``g2po credit`` (and ``g2po bench credit``)."""
+    p.add_argument("--run", help="training run folder: its checkpoints/latest/policy (and critic), on its config.yaml")
+    p.add_argument("--config", help="YAML config file (any subset of the keys)")
+    p.add_argument("--preset", help="named preset from g2po/presets (e.g. alfworld_cpu)")
+    p.add_argument("--policy", choices=POLICIES, default="model",
+                   help="model (default: --run, model.path or the warm start) or toy-scripted (env.name=toy)")
+    p.add_argument("--groups", type=_positive, default=16, help="task groups G (default 16)")
+    p.add_argument("--group-size", type=_positive, default=8, help="rollouts per group N (default 8, as training)")
+    p.add_argument("--continuations", type=_non_negative, default=16,
+                   help="continuations K per prefix (even, default 16; 0 only with --exact)")
+    p.add_argument("--seed", type=int, default=0, help="seed of tasks, rollouts and continuations (default 0)")
+    p.add_argument("--decisive", type=float, default=0.2, help="|A*| of a decisive step (default 0.2)")
+    p.add_argument("--coupling", choices=("common", "independent"), default="common",
+                   help="random numbers of continuation k shared by the prefixes of a task (common, default) or not")
+    p.add_argument("--split", default=None,
+                   help="task split to draw groups from (default: the tasks RL trains on, train.rl_tasks)")
+    p.add_argument("--no-merge", action="store_true",
+                   help="run every continuation to its end (by default one that reaches the history of an earlier "
+                        "one with the same random numbers takes its outcome: the same result, less work)")
+    p.add_argument("--exact", action="store_true", help="exact values by dynamic programming (toy, toy-scripted)")
+    p.add_argument("--wave", type=_positive, default=512, help="continuation episodes per engine call (default 512)")
+    p.add_argument("--batch-tokens", type=_non_negative, default=0,
+                   help="policy batch budget in tokens (rows x (prompt + response)); 0 = 128 rows' worth")
+    p.add_argument("--n-boot", type=_positive, default=2000, help="bootstrap resamples (default 2000)")
+    p.add_argument("--out", default=None, help="output folder (default: see g2po credit --help)")
+    p.add_argument("--name", default=None, help="name of the output folder (default: the UTC time)")
+    p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, e.g. env.max_steps=30")
+    return p
+
+
+def _config(args):
+    if args.run is not None:
+        if args.config is not None or args.preset is not None:
+            raise ConfigError("--run studies the run's policy on its own config.yaml; drop --config/--preset and give "
+                              "changes as key=value overrides")
+        config_path, _ = check_run_for_eval(args.run)
+        return load_config(config_path, args.overrides)
+    return load_config(args.config, args.overrides, preset=args.preset)
+
+
+def _check(args, cfg) -> None:
+    if args.policy == "toy-scripted" and cfg.env.name != "toy":
+        raise ConfigError("--policy toy-scripted plays the toy corridor only; add env.name=toy")
+    if args.exact and (cfg.env.name != "toy" or args.policy != "toy-scripted"):
+        raise ConfigError("--exact needs the toy corridor and a policy with explicit probabilities: "
+                          "env.name=toy --policy toy-scripted")
+    if args.policy == "toy-scripted" and (args.run is not None or cfg.model.path is not None):
+        raise ConfigError("--policy toy-scripted has no model; drop --run / model.path")
+    if args.continuations == 0 and not args.exact:
+        raise ConfigError("--continuations 0 leaves no ground truth; it is allowed with --exact only")
+    if args.continuations % 2:
+        raise ConfigError(f"--continuations must be even (two halves), got {args.continuations}")
+    if args.decisive < 0:
+        raise ConfigError(f"--decisive must be >= 0, got {args.decisive}")
+    if args.name is not None and (not args.name or "/" in args.name or args.name.startswith(".")):
+        raise ConfigError(f"--name {args.name!r}: give a plain folder name, e.g. --name warm-start")
+
+
+def _out_dir(args, cfg, policy_label: str) -> Path:
+    name = args.name or time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    if args.out is not None:
+        out = Path(args.out)
+    elif args.run is not None:
+        out = Path(args.run) / "credit" / name
+    else:
+        out = Path(cfg.output_dir) / "credit" / f"{cfg.env.name}-{policy_label}-{name}"
+    if (out / CREDIT_FILE).exists():
+        raise ConfigError(f"{out / CREDIT_FILE} already exists; pass another --out or --name, or delete it")
+    return out
+
+
+def _load_local(cfg, model_dir: Path, batch_tokens: int):
+    # lazy: torch and transformers (about 5 s to import), not on the path of help and config errors
+    from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
+    from g2po_bench.algorithms.backends.local.policy import LocalPolicy
+    from g2po_bench.algorithms.backends.local.precision import compute_dtype
+
+    model, tok = load_model_and_tokenizer(model_dir, dtype="float32", device=cfg.model.device)
+    return LocalPolicy(model, tok, max_prompt_tokens=cfg.train.max_prompt_tokens, max_batch_tokens=batch_tokens,
+                       compute_dtype=compute_dtype(cfg.model.dtype))
+
+
+def _critic(run: Path, policy, cfg):
+    """values_fn of a run trained with a critic (its checkpoint's optim.pt has one), else None."""
+    import torch
+
+    state_path = run / "checkpoints" / "latest" / "optim.pt"
+    if not state_path.is_file():
+        return None
+    state = torch.load(state_path, weights_only=False, map_location="cpu")
+    if "critic" not in state:
+        return None
+    # lazy: torch (about 5 s to import) only for a run that has a critic
+    from g2po_bench.algorithms.backends.local.precision import compute_dtype
+    from g2po_bench.algorithms.backends.local.value import ValueModel
+
+    critic = ValueModel.from_policy(policy.model, lr=cfg.train.value_lr, compute_dtype=compute_dtype(cfg.model.dtype))
+    critic.load_state_dict(state["critic"])
+    critic.eval()
+    pad = policy.tokenizer.pad_token_id
+    return lambda rb: critic.predict(rb.prompt_ids, pad, batch_size=cfg.train.micro_batch_size)
+
+
+def run_study_command(args, console) -> tuple[Path, dict[str, Any]]:
+    """Load config, tasks and policy, run the study, write its folder; returns (folder, record).
+
+    Raises:
+        ConfigError: bad arguments or config (before any model is loaded).
+        ReplayMismatch: the environment did not replay a prefix identically.
+    """
+    cfg = _config(args)
+    _check(args, cfg)
+    settings = CreditSettings(groups=args.groups, group_size=args.group_size, continuations=args.continuations,
+                              seed=args.seed, decisive=args.decisive, coupling=args.coupling, wave=args.wave,
+                              merge=not args.no_merge, exact=args.exact, n_boot=args.n_boot)
+    try:
+        settings.check()
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    bench = get_benchmark(cfg.env.name)
+    progress = RunProgress(console, enabled=cfg.progress)
+    if args.policy != "toy-scripted":
+        # lazy: torch and the trainer's thread rule (about 5 s to import), for model policies only
+        import torch
+
+        from g2po_bench.algorithms.backends.local.trainer import torch_threads
+
+        torch.set_num_threads(torch_threads(cfg))
+    with progress.phase("loading tasks", key="tasks"):
+        train_tasks = bench.load_tasks(cfg.env, cfg.env.train_split)
+        pool_tasks = rl_tasks(cfg, train_tasks) if args.split is None else bench.load_tasks(cfg.env, args.split)
+        try:
+            tasks = choose_tasks(pool_tasks, settings.groups, settings.seed)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    if args.policy == "toy-scripted":
+        label, policy_rec = "toy-scripted", {"kind": "scripted", "path": "g2po_bench.benchmarks.toy.policy"}
+    elif args.run is not None:
+        label, policy_rec = "run", {"kind": "run", "path": str(Path(args.run).resolve())}
+    elif cfg.model.path is not None:
+        label, policy_rec = Path(cfg.model.path).name, {"kind": "model", "path": str(Path(cfg.model.path).resolve())}
+    else:
+        label, policy_rec = "warm-start", {"kind": "warm_start"}
+    out = _out_dir(args, cfg, label)
+    values_fn = None
+    batch_tokens = args.batch_tokens or 128 * (cfg.train.max_prompt_tokens + cfg.train.max_response_tokens)
+    if args.policy == "toy-scripted":
+        policy = ScriptedCorridorPolicy()
+    elif args.run is not None:
+        policy = _load_local(cfg, Path(args.run) / "checkpoints" / "latest" / "policy", batch_tokens)
+        values_fn = _critic(Path(args.run), policy, cfg)
+    elif cfg.model.path is not None:
+        policy = _load_local(cfg, Path(cfg.model.path), batch_tokens)
+    else:
+        # lazy: the warm start builds with torch (about 5 s to import)
+        from g2po_bench.algorithms.backends.local.warm_start import (
+            ensure_warm_start,
+            warm_start_key,
+        )
+
+        cached = cfg.train.warm_start_cache and (Path(cfg.train.warm_start_cache) / warm_start_key(cfg)
+                                                 / "warm_start.json").exists()
+        if cached:  # reused as is: no expert replay, no environment needed
+            ws = ensure_warm_start(cfg, None, bench, train_tasks, run_root=out, progress=progress)
+        else:
+            with EnvPool(cfg.env.name, cfg.env, cfg.env.num_workers) as pool:  # expert replays recycle workers
+                ws = ensure_warm_start(cfg, pool, bench, train_tasks, run_root=out, progress=progress)
+        policy_rec.update({"path": str(ws.model_dir), "warm_start_key": ws.key, "reused": ws.reused})
+        policy = _load_local(cfg, ws.model_dir, batch_tokens)
+    progress.log(f"policy: {policy_rec['kind']} {policy_rec.get('path', '')}")
+    # a study touches G games only: the workers need no recycling
+    with EnvPool(cfg.env.name, cfg.env, cfg.env.num_workers, max_episodes=0) as pool:
+        study = run_study(cfg, policy, pool, bench, tasks, settings, progress=progress, values_fn=values_fn)
+    t0 = time.perf_counter()
+    command = ["g2po", *getattr(args, "argv", ["credit"])]
+    record = study_record(study, cfg, policy=policy_rec, command=command)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "credit_config.yaml").write_text(config_to_yaml(cfg), encoding="utf-8")
+    write_record(out, record)
+    write_study_report(out, record, figures=not args.no_figures)
+    record["timing"]["report"] = time.perf_counter() - t0
+    write_record(out, record)
+    return out, record
+
+
+def _print_summary(record: dict[str, Any], out: Path, console) -> None:
+    sc = record["scores"]["a_star"]["rows"]
+    names = [v["name"] for v in record["variants"]] + ["oracle"]
+    width = max(len(n) for n in names)
+    lines = [f"{'row'.ljust(width)}  Spearman with A* [95 % CI]   groups defined/undefined"]
+    for n in names:
+        sp = sc[n]["spearman"]
+        lo, hi = sp["ci"]
+        ci = "n/a" if lo is None else f"[{lo:+.2f}, {hi:+.2f}]"
+        mean = "n/a" if sp["mean"] is None else f"{sp['mean']:+.2f}"
+        lines.append(f"{n.ljust(width)}  {mean} {ci:<16}  {sp['groups']}/{sp['undefined']}")
+    lines.append(f"ceiling: {ceiling_line(record)}")
+    if record.get("agreement"):
+        a = record["agreement"]
+        lines.append(f"exact vs Monte Carlo: within the 95 % CI on {100 * a['within_ci']:.1f} % of {a['rows']} rows")
+    lines.append(f"credit study written to {out} (credit.json, report.md, figures/)")
+    for line in lines:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def run_credit_command(args, console) -> int:
+    """``g2po credit``: run, write, print the table; returns the exit code (1 when the
+    environment did not replay a prefix identically, with that one line)."""
+    try:
+        out, record = run_study_command(args, console)
+    except ReplayMismatch as exc:
+        console.print(f"[red]replay error:[/red] {exc}", highlight=False, soft_wrap=True)
+        return 1
+    _print_summary(record, out, console)
+    return 0
+
+
+def run_bench_command(args, console) -> int:
+    """``g2po bench credit``: the study of the same arguments, then its seconds per phase."""
+    t0 = time.perf_counter()
+    try:
+        out, record = run_study_command(args, console)
+    except ReplayMismatch as exc:
+        console.print(f"[red]replay error:[/red] {exc}", highlight=False, soft_wrap=True)
+        return 1
+    wall = time.perf_counter() - t0
+    t = record["timing"]
+    s = record["summary"]
+    print(f"credit study: {s['rows']} rows, {s['prefixes']} prefixes, {s['continuation_episodes']} continuation "
+          f"episodes; wall {wall:.1f} s (policy loading and warm start included)")
+    order = [("rollouts", "rollouts (G x N sampled episodes)"), ("continuations", "continuations, of which:"),
+             ("generation", "  policy generation"), ("replays", "  prefix replays"), ("resets", "  resets"),
+             ("env_steps", "  environment steps after generation"), ("ground_truth", "ground truth"),
+             ("exact", "exact values"), ("scoring", "scoring (every variant, 3 targets, bootstrap)"),
+             ("report", "credit.json, report and figures")]
+    inner = ("generation", "replays", "resets", "env_steps")
+    for key, label in order:
+        if key in t and t[key] is not None:
+            share = "       " if key in inner else f"{100 * t[key] / wall:5.1f} %"
+            print(f"  {label:<48} {t[key]:8.1f} s  {share}")
+    rest = wall - sum(v for k, v in t.items() if k not in inner and isinstance(v, (int, float)))
+    print(f"  {'imports, config, tasks, policy loading / warm start':<48} {rest:8.1f} s  {100 * rest / wall:5.1f} %")
+    sys.stdout.flush()
+    return 0
