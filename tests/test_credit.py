@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -23,7 +24,13 @@ from g2po_bench.analysis.credit.study import (
     run_continuations,
     run_study,
 )
-from g2po_bench.analysis.credit.variants import VARIANTS, Variant, study_variants
+from g2po_bench.analysis.credit.variants import (
+    VARIANTS,
+    MissingInput,
+    Variant,
+    study_variants,
+    variant_advantages,
+)
 from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.rollout import ReplayMismatch
 from g2po_bench.benchmarks.toy.policy import ScriptedCorridorPolicy, respond
@@ -301,6 +308,16 @@ def test_batched_and_unbatched_continuations_of_a_local_model_are_identical(tmp_
     np.testing.assert_array_equal(one.first_action, many.first_action)
     np.testing.assert_array_equal(one.length, many.length)
     assert len(set(one.first_action.ravel().tolist())) > 2  # the samples differ from each other
+    # a model policy reports its token entropies: EMPG (which declares them) is scored on them
+    assert len(rb.entropies) == len(rb.steps) and np.isfinite(rb.entropies).all() and (rb.entropies > 0).all()
+    batches = {rule: dataclasses.replace(rb.steps, state_key=rb.state_keys_by_rule(rule)) for rule in ("raw", "reference")}
+    common = {"mode": cfg.algorithm.mode, "gamma": cfg.algorithm.gamma}
+    inputs = {"values": None, "state_texts": rb.state_texts_by_rule, "entropies": rb.entropies,
+              "action_texts": rb.actions}
+    adv = variant_advantages(Variant("empg", "empg"), batches, common, inputs)
+    assert adv.shape == (len(rb.steps),) and np.isfinite(adv).all()
+    with pytest.raises(MissingInput, match="entropies"):
+        variant_advantages(Variant("empg", "empg"), batches, common, {**inputs, "entropies": None})
 
 
 # ------------------------------------------------------------------ variants and the registry
@@ -317,14 +334,16 @@ def test_every_registered_estimator_gets_a_row_and_the_table_is_data():
 
 
 def test_ppo_rows_need_a_critic_and_are_scored_with_one(toy_study):
-    assert set(toy_study.skipped) == {"ppo", "ppo turn_gae"}
+    # the scripted policy reports no token entropies either: EMPG is skipped, saying so
+    assert set(toy_study.skipped) == {"ppo", "ppo turn_gae", "empg"}
+    assert "entropies" in toy_study.skipped["empg"]
     cfg = toy_cfg()
     tasks = choose_tasks(TOY.load_tasks(cfg.env, "train"), 2, 0)
     with EnvPool("toy", cfg.env, 2, max_episodes=0) as pool:
         st = run_study(cfg, ScriptedCorridorPolicy(), pool, TOY, tasks,
                        CreditSettings(groups=2, continuations=0, exact=True, n_boot=50),
                        values_fn=lambda rb: np.full(len(rb.steps), 5.0))
-    assert not st.skipped and "ppo" in st.scores["a_star"]["rows"]
+    assert set(st.skipped) == {"empg"} and "ppo" in st.scores["a_star"]["rows"]
     # reference convention: A = s_i - V = R_tau - p [invalid] - 5
     rb = st.rollouts
     expected = np.where(rb.steps.success, 10.0, 0.0) - 0.1 * (~rb.steps.action_valid) - 5.0

@@ -10,7 +10,7 @@ does not name, so an estimator registered later is scored without editing this f
 
 :func:`variant_advantages` is the only function that calls the estimator registry: it passes
 the common options, the variant's options and the inputs an estimator needs beyond the
-StepBatch (critic ``values``; state texts for GiGPO's similarity grouping), and says when an
+StepBatch as each declares them (critic ``values``, state texts, entropies, action texts), and says when an
 input is missing.
 """
 
@@ -22,7 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from g2po_bench.algorithms.registry import available_estimators, estimate, estimator_spec
+from g2po_bench.algorithms.registry import (
+    INPUTS,
+    available_estimators,
+    estimate,
+    estimator_inputs,
+    estimator_spec,
+)
 from g2po_bench.core.batch import StepBatch
 
 __all__ = ["Variant", "VARIANTS", "W_GRID", "study_variants", "variant_advantages", "MissingInput"]
@@ -118,8 +124,10 @@ def variant_advantages(variant: Variant, batches: Mapping[str, StepBatch], commo
         batches: state-key rule -> the StepBatch with that rule's keys (same rows, same order).
         common: the common options (``mode``, ``gamma``, ``step_weight``, ``invalid_penalty``,
             ``success_reward``) of the study's config.
-        inputs: inputs beyond the StepBatch: ``"values"`` (B,) float64 critic values V(s_t) or
-            None; ``"state_texts"`` rule -> B state-key texts.
+        inputs: the inputs an estimator may declare (:data:`g2po_bench.algorithms.registry.INPUTS`):
+            ``"values"`` (B,) float64 critic values V(s_t) or None; ``"state_texts"`` rule -> B
+            state-key texts; ``"entropies"`` (B,) float64 mean token entropies (NaN where the
+            policy reports none); ``"action_texts"`` B action texts.
 
     Returns:
         (B,) float64 advantages in row order.
@@ -133,10 +141,13 @@ def variant_advantages(variant: Variant, batches: Mapping[str, StepBatch], commo
     rule = variant.state_key or spec.state_key
     options: dict[str, Any] = {k: v for k, v in common.items() if k in spec.defaults}
     options.update(variant.options)
-    if "values" in spec.defaults:
-        if inputs.get("values") is None:
-            raise MissingInput(f"{variant.name}: needs critic values (a policy trained with a critic, e.g. a ppo run)")
-        options["values"] = np.asarray(inputs["values"], dtype=np.float64)
-    if "state_text" in spec.defaults and options.get("grouping", "exact") != "exact":
-        options["state_text"] = list(inputs["state_texts"][rule])
-    return estimate(variant.estimator, batches[rule], **options).advantages
+    given: dict[str, Any] = {}
+    for key in estimator_inputs(variant.estimator, options):
+        value = inputs.get(key)
+        if key == "state_texts" and value is not None:
+            value = value[rule]
+        if value is None or (INPUTS[key].kind == "float" and not np.all(np.isfinite(np.asarray(value, dtype=float)))):
+            raise MissingInput(f"{variant.name}: needs {key} ({INPUTS[key].description}), which this study's "
+                               f"policy does not supply (source in training: {INPUTS[key].source})")
+        given[key] = np.asarray(value, dtype=np.float64) if INPUTS[key].kind == "float" else list(value)
+    return estimate(variant.estimator, batches[rule], inputs=given, **options).advantages
