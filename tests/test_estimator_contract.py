@@ -80,8 +80,9 @@ def test_renumbering_groups_and_trajectories_does_not_matter(name):
     new = {}
     for field in ("group_id", "traj_id"):
         uniq = np.unique(d[field])
-        labels = rng.choice(np.arange(-(10**9), 10**9), size=len(uniq), replace=False)
-        new[field] = labels[np.searchsorted(uniq, d[field])].astype(np.int64)
+        # distinct labels in a shuffled order, negative ones included
+        labels = rng.permutation(len(uniq)).astype(np.int64) * 1_000_003 - 10**9
+        new[field] = labels[np.searchsorted(uniq, d[field])]
     relabelled = StepBatch(**{**d, **new})
     np.testing.assert_allclose(estimate(name, relabelled, inputs=inputs).advantages,
                                estimate(name, b, inputs=inputs).advantages, rtol=0, atol=1e-9)
