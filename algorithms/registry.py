@@ -81,7 +81,7 @@ import pkgutil
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
+from importlib import metadata
 from typing import Any
 
 import numpy as np
@@ -460,7 +460,7 @@ def discover_estimators(force: bool = False) -> list[str]:
         module = f"{ESTIMATOR_PACKAGE}.{info.name}"
         importlib.import_module(module)
         visited.append(module)
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+    for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         label = f"entry point {ep.name} = {ep.value}"
         try:
             ep.load()

@@ -301,7 +301,7 @@ class _ExpertPolicy:
 def test_rollout_engine_groups_start_identically_and_win(root, appworld_python):
     import numpy as np
 
-    import g2po_bench.benchmarks.appworld as bench
+    from g2po_bench.benchmarks.appworld import BENCHMARK as bench
     from g2po_bench.benchmarks.rollout import collect_rollouts
     from g2po_bench.benchmarks.workers import EnvPool
 

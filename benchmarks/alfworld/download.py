@@ -63,10 +63,16 @@ def load_downloader() -> ModuleType:
         DataDownloadError: the script is not found (alfworld not installed in this interpreter).
     """
     ensure_alfworld_data_env()
-    candidates = [
+    # this interpreter's scripts folder, then its base interpreter's (a venv made with
+    # --system-site-packages imports alfworld from there), then PATH
+    base = {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}
+    found = shutil.which("alfworld-download")
+    candidates = list(dict.fromkeys([
         Path(sysconfig.get_path("scripts")) / "alfworld-download",
         Path(sys.executable).parent / "alfworld-download",
-    ]
+        Path(sysconfig.get_path("scripts", vars=base)) / "alfworld-download",
+        *([Path(found)] if found else []),
+    ]))
     for path in candidates:
         if path.is_file():
             loader = importlib.machinery.SourceFileLoader("_alfworld_download_script", str(path))
