@@ -2,7 +2,7 @@
 
 The tasks are defined here (SimpleNote tasks: an answer question and a state change, with
 AppWorld evaluation code); no AppWorld task data is needed. They need the AppWorld
-interpreter (``$G2PO_APPWORLD_PYTHON``, see README "AppWorld"): skipped with the reason
+interpreter (``$G2PO_APPWORLD_PYTHON``, see docs/benchmarks.md "AppWorld"): skipped with the reason
 without it, failed in CI. ``test_real_data_*`` run where ``$APPWORLD_ROOT`` holds the official
 data and are skipped otherwise.
 """

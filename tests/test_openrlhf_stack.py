@@ -1,6 +1,6 @@
 """The OpenRLHF backend against the real OpenRLHF 0.11.2 package, on a CPU.
 
-Needs ``openrlhf`` installed without its GPU dependencies (README "OpenRLHF backend"; CI
+Needs ``openrlhf`` installed without its GPU dependencies (docs/gpu-backends.md "OpenRLHF backend"; CI
 installs it): skipped with the install line outside CI when it is missing, a failure in CI.
 ``flash_attn`` and ``vllm`` (import-time needs of OpenRLHF that do not install on a CPU) come
 from ``tests/stubs`` when the real packages are absent: that folder is put on ``sys.path`` (and
@@ -26,7 +26,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 STUBS = Path(__file__).resolve().parent / "stubs"
 INSTALL = ("pip install --no-deps openrlhf==0.11.2 ray==2.55.0 deepspeed==0.19.6 peft accelerate datasets ... "
-           "(README, 'OpenRLHF backend', CPU install for the tests)")
+           "(docs/gpu-backends.md, 'OpenRLHF backend', CPU install for the tests)")
 
 if importlib.util.find_spec("openrlhf") is None:  # pragma: no cover - depends on the install
     if os.environ.get("CI"):

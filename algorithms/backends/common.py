@@ -117,7 +117,7 @@ def at_train_temperature(cfg):
     """``cfg`` with ``eval.temperature`` set to ``train.temperature``: the evaluation that
     ``eval.at_train_temperature`` adds before RL and after the last iteration (same panel, same
     evaluation seed). Decoding at the reference 0.4 can hide what RL changed in the sampled
-    policy (results/proxy/README.md)."""
+    policy (docs/cpu-proxy.md)."""
     return dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, temperature=cfg.train.temperature))
 
 

@@ -251,7 +251,7 @@ def expert_stall(plan: list[str], rng, prob: float, max_len: int) -> list[str]:
     trained on such demonstrations wastes steps the same way on any game, which the step limit
     turns into failures: the CPU proxy's ``train.sft_stall_prob``, what RL has to learn there
     is which steps waste the budget (step-level credit over a long episode; repeated examines
-    are self-loops of the state graph). The CPU-proxy design is measured in results/proxy/README.md.
+    are self-loops of the state graph). The CPU-proxy design and its figures: docs/cpu-proxy.md.
 
     Args:
         plan: the walkthrough (:func:`expert_actions`, possibly with :func:`expert_detour`).

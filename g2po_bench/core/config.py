@@ -181,7 +181,7 @@ class ModelConfig:
     # torch intra-op threads on a CPU: 0 = every CPU this process may use (g2po_bench.benchmarks.cpus.usable_cpus:
     # affinity, SLURM_CPUS_PER_TASK / a sweep job's resources.cpus, cgroup quota). The model and the
     # environment workers take turns, so the model can use every core: on 2 idle cores an RL
-    # iteration of the CPU default takes 10 s with 2 threads and 15 s with 1 (results/proxy/README.md).
+    # iteration of the CPU default takes 10 s with 2 threads and 15 s with 1 (docs/cpu-proxy.md).
     # Another thread count sums in another order: the same config and seed give other numbers on a
     # machine with other CPUs (timing.json records torch_threads); set it for bit-exact reruns
     num_threads: int = 0
@@ -276,7 +276,7 @@ class EvalConfig:
     episodes_per_task: int = 1
     # also evaluate the panel at train.temperature, before RL and after the last iteration (both
     # backends; eval.json "at_train_temperature"): decoding at 0.4 can hide what RL learned
-    # (results/proxy/README.md); the GPU presets turn it off
+    # (docs/cpu-proxy.md); the GPU presets turn it off
     at_train_temperature: bool = True
 
 
