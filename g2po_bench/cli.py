@@ -385,11 +385,7 @@ def _main(argv: list[str], console) -> int:
         args.argv = argv
         return int(run_credit_command(args, console))
     if args.command == "algorithms":
-        for module in args.module:
-            try:
-                import_estimator_module(module)
-            except ValueError as exc:
-                raise ConfigError(f"--module: {exc}") from None
+        _import_estimator_modules(args.module)
         print(describe_estimators())
         return 0
     if args.command == "bench":
@@ -397,11 +393,7 @@ def _main(argv: list[str], console) -> int:
             args.argv = argv
             return int(run_bench_command(args, console))
         if args.bench_command == "advantages":
-            for module in args.module:
-                try:
-                    import_estimator_module(module)
-                except ValueError as exc:
-                    raise ConfigError(f"--module: {exc}") from None
+            _import_estimator_modules(args.module)
             unknown = sorted(set(args.estimators or ()) - set(available_estimators()))
             if unknown:
                 raise ConfigError(f"--estimators: unknown {', '.join(unknown)}; registered: "
@@ -415,6 +407,19 @@ def _main(argv: list[str], console) -> int:
                 bench_argv.append("--no-oracle")
             return int(bench_main(bench_argv) or 0)
     return 1
+
+
+def _import_estimator_modules(modules) -> None:
+    """Import the estimator modules named by ``--module`` (they register their estimators).
+
+    Raises:
+        ConfigError: a module that cannot be imported, named after ``--module``.
+    """
+    for module in modules:
+        try:
+            import_estimator_module(module)
+        except ValueError as exc:
+            raise ConfigError(f"--module: {exc}") from None
 
 
 def _data(args, console) -> int:
