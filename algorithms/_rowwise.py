@@ -27,8 +27,8 @@ from typing import Any
 
 from g2po_bench.core.batch import StepBatch
 
-__all__ = ["ALL_EQUAL_RTOL", "rows_of", "trajectories_of", "mean", "std", "stats", "normalize",
-           "all_equal", "episode_term"]
+__all__ = ["ALL_EQUAL_RTOL", "rows_of", "trajectories_of", "step_returns", "mean", "std", "stats",
+           "normalize", "all_equal", "episode_term", "node_term"]
 
 ALL_EQUAL_RTOL = 1e-12
 
@@ -67,6 +67,18 @@ def trajectories_of(rows: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]
             row["T"] = len(tr)
             row["R"] = ret
     return trajs
+
+
+def step_returns(trajs: dict[int, list[dict[str, Any]]], gamma: float, p: float) -> None:
+    """Set ``row["G"]`` on every row of :func:`trajectories_of`: the discounted step return
+    G_t = r_t + gamma G_{t+1} (0 after the last step), computed backwards along the trajectory,
+    less the invalid-action penalty ``p`` on invalid rows only (the penalty does not propagate
+    to earlier steps): ALGORITHMS.md "GiGPO" and "HGPO"."""
+    for tr in trajs.values():
+        running = 0.0
+        for row in reversed(tr):
+            running = row["r"] + gamma * running
+            row["G"] = running - p if row["invalid"] else running
 
 
 def mean(values: list[float]) -> float:
@@ -125,3 +137,14 @@ def episode_term(rows, mode, p, episode_stat, eps) -> dict[int, float]:
             ref[row["group"]].append(row["s"])
     st = {g: stats(vals) for g, vals in ref.items()}
     return {row["i"]: normalize(row["s"], st[row["group"]], mode, eps, "unit") for row in rows}
+
+
+def node_term(rows, node, value: str, mode: str, eps: float) -> dict[int, float]:
+    """Per row index: ``row[value]`` normalized (``"zero"`` singleton rule) against the values of
+    the rows of the same node ``node(row)``, the members taken in canonical order (the step
+    term of GiGPO's step groups and GraphGPO's anchor states)."""
+    members: dict[Any, list[float]] = defaultdict(list)
+    for row in sorted(rows, key=lambda r: (r["group"], r["traj"], r["t"])):
+        members[node(row)].append(row[value])
+    st = {key: stats(vals) for key, vals in members.items()}
+    return {row["i"]: normalize(row[value], st[node(row)], mode, eps, "zero") for row in rows}

@@ -418,16 +418,23 @@ def _read_config(rd: RunDir) -> dict[str, Any]:
     return cfg
 
 
-def _read_status(rd: RunDir) -> tuple[dict[str, Any] | None, str | None]:
-    if not rd.status_path.exists():
+def _read_json_object(path: Path, note: str = "") -> tuple[dict[str, Any] | None, str | None]:
+    """``(object, None)`` from a JSON file holding an object; ``(None, None)`` when the file does
+    not exist; ``(None, why)`` when it does not parse or holds something else (``why`` names the
+    file and ends with ``note``)."""
+    if not path.exists():
         return None, None
     try:
-        st = json.loads(rd.status_path.read_text(encoding="utf-8"))
+        obj = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError):
-        return None, "status.json does not parse"
-    if not isinstance(st, dict):
-        return None, "status.json is not an object"
-    return st, None
+        return None, f"{path.name} does not parse{note}"
+    if not isinstance(obj, dict):
+        return None, f"{path.name} is not an object{note}"
+    return obj, None
+
+
+def _read_status(rd: RunDir) -> tuple[dict[str, Any] | None, str | None]:
+    return _read_json_object(rd.status_path)
 
 
 def _read_metrics(rd: RunDir) -> tuple[list[dict[str, Any]], int]:
@@ -457,15 +464,7 @@ def _read_metrics(rd: RunDir) -> tuple[list[dict[str, Any]], int]:
 
 
 def _read_eval(rd: RunDir) -> tuple[dict[str, Any] | None, str | None]:
-    if not rd.eval_path.exists():
-        return None, None
-    try:
-        ev = json.loads(rd.eval_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return None, "eval.json does not parse (corrupt)"
-    if not isinstance(ev, dict):
-        return None, "eval.json is not an object (corrupt)"
-    return ev, None
+    return _read_json_object(rd.eval_path, " (corrupt)")
 
 
 def _valid_eval(e: Any) -> bool:

@@ -87,19 +87,9 @@ REFERENCE_COLUMNS = (
 )
 STATUSES = ("reported", "derived", "unknown")
 STD_STATUSES = ("reported", "not_reported", "unknown")
-_STRING_COLUMNS = (
-    "paper",
-    "table",
-    "model",
-    "model_size",
-    "method",
-    "env",
-    "metric",
-    "status",
-    "std_status",
-    "source",
-    "notes",
-)
+_FLOAT_COLUMNS = ("mean", "std")
+_COUNT_COLUMNS = ("seeds", "iterations")
+_STRING_COLUMNS = tuple(c for c in REFERENCE_COLUMNS if c not in _FLOAT_COLUMNS + _COUNT_COLUMNS)
 
 
 TABLES_PACKAGE = "g2po_bench.published"
@@ -153,9 +143,9 @@ def load_reference(tables: str | list[str] | None = None) -> pd.DataFrame:
     ref = pd.concat(frames, ignore_index=True)
     for col in _STRING_COLUMNS:
         ref[col] = ref[col].astype(object).fillna("").map(lambda s: str(s).strip())
-    for col in ("mean", "std"):
+    for col in _FLOAT_COLUMNS:
         ref[col] = pd.to_numeric(ref[col].replace("", None), errors="raise").astype(float)
-    for col in ("seeds", "iterations"):
+    for col in _COUNT_COLUMNS:
         ref[col] = pd.to_numeric(ref[col].replace("", None), errors="raise").astype("Int64")
     _validate(ref)
     if tables is not None:

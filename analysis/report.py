@@ -219,16 +219,26 @@ def _fmt(x: Any, digits: int = 1) -> str:
     return f"{float(x):.{digits}f}"
 
 
+def _in_table_order(df: pd.DataFrame, *then: str) -> pd.DataFrame:
+    """``df`` sorted as the tables order rows: model size, method, then the columns ``then``."""
+    df = df.copy()
+    df["_s"] = df["model_size"].map(model_size_sort_key)
+    df["_m"] = df["method_label"].map(method_sort_key)
+    return df.sort_values(["_s", "_m", *then])
+
+
+def _ci_cell(r: pd.Series) -> str:
+    """``[low, high]`` of a row's ``ci_low``/``ci_high``, or ``n/a`` without an interval."""
+    return "n/a" if pd.isna(r["ci_low"]) else f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]"
+
+
 def _ci_section(cells: pd.DataFrame, confidence: float) -> str:
     if cells.empty:
         return "_No runs yet._\n"
-    df = cells.copy()
-    df["_s"] = df["model_size"].map(model_size_sort_key)
-    df["_m"] = df["method_label"].map(method_sort_key)
-    df = df.sort_values(["_s", "_m", "env", "metric"])
+    df = _in_table_order(cells, "env", "metric")
     recs = []
     for _, r in df.iterrows():
-        ci = "n/a" if pd.isna(r["ci_low"]) else f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]"
+        ci = _ci_cell(r)
         recs.append(
             {
                 "Model": r["model_size"],
@@ -247,13 +257,10 @@ def _ci_section(cells: pd.DataFrame, confidence: float) -> str:
 def _iqm_section(iqm_df: pd.DataFrame, confidence: float) -> str:
     if iqm_df.empty:
         return "_No ALFWorld runs with per-task-type results yet._\n"
-    df = iqm_df.copy()
-    df["_s"] = df["model_size"].map(model_size_sort_key)
-    df["_m"] = df["method_label"].map(method_sort_key)
-    df = df.sort_values(["_s", "_m"])
+    df = _in_table_order(iqm_df)
     recs = []
     for _, r in df.iterrows():
-        ci = "n/a" if pd.isna(r["ci_low"]) else f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]"
+        ci = _ci_cell(r)
         recs.append(
             {
                 "Model": r["model_size"],

@@ -150,26 +150,40 @@ class _Worker:
     episodes: int = 0  # resets served since the process started
 
 
+def _ask_to_close(worker: _Worker) -> None:
+    """Send ``close`` to a worker (nothing when its pipe is already broken)."""
+    try:
+        worker.conn.send(("close", []))
+    except Exception:
+        pass
+
+
+def _end_process(worker: _Worker, timeout: float) -> None:
+    """Wait ``timeout`` seconds for the worker process to exit, then kill it (and wait 2 s more)."""
+    worker.process.join(timeout=timeout)
+    if worker.process.is_alive():
+        worker.process.kill()
+        worker.process.join(timeout=2)
+
+
+def _close_pipe(worker: _Worker) -> None:
+    """Close the pool's end of the worker's pipe (errors ignored: the worker is gone)."""
+    try:
+        worker.conn.close()
+    except Exception:
+        pass
+
+
 def _shutdown_workers(workers: list) -> None:
-    """Close (then kill) the worker processes (also when a pool is garbage-collected unclosed)."""
+    """Close (then kill) the worker processes (also when a pool is garbage-collected unclosed):
+    every worker is asked to close first, so that they exit side by side."""
     for w in workers:
-        if w is None:
-            continue
-        try:
-            w.conn.send(("close", []))
-        except Exception:
-            pass
+        if w is not None:
+            _ask_to_close(w)
     for w in workers:
-        if w is None:
-            continue
-        w.process.join(timeout=2)
-        if w.process.is_alive():
-            w.process.kill()
-            w.process.join(timeout=2)
-        try:
-            w.conn.close()
-        except Exception:
-            pass
+        if w is not None:
+            _end_process(w, timeout=2)
+            _close_pipe(w)
     workers[:] = [None] * len(workers)
 
 
@@ -229,18 +243,9 @@ class EnvPool:
         old = self._workers[w]
         if old is None:
             return
-        try:
-            old.conn.send(("close", []))
-        except Exception:
-            pass
-        old.process.join(timeout=2)
-        if old.process.is_alive():
-            old.process.kill()
-            old.process.join(timeout=2)
-        try:
-            old.conn.close()
-        except Exception:
-            pass
+        _ask_to_close(old)
+        _end_process(old, timeout=2)
+        _close_pipe(old)
         self._workers[w] = None
 
     def _recycle_due(self, by_worker: dict[int, list[tuple[int, Any]]]) -> None:
@@ -299,14 +304,8 @@ class EnvPool:
         self.restarts += 1
         old = self._workers[w]
         if old is not None:
-            try:
-                old.conn.close()
-            except Exception:
-                pass
-            old.process.join(timeout=1)
-            if old.process.is_alive():
-                old.process.kill()
-                old.process.join(timeout=2)
+            _close_pipe(old)
+            _end_process(old, timeout=1)
         self._workers[w] = None
         for s in [s for s in self._in_episode if s % self.num_workers == w]:
             self._in_episode.discard(s)  # its environments are gone

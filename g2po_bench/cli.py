@@ -56,6 +56,7 @@ from g2po_bench.benchmarks.registry import (
     get_benchmark,
     preset_files,
 )
+from g2po_bench.core.arguments import positive_int
 from g2po_bench.core.config import ConfigError, config_to_yaml
 from g2po_bench.core.errors import SUITE_ERRORS, DataDownloadError, EnvironmentSetupError
 from g2po_bench.core.tracking import TrackingError
@@ -181,16 +182,6 @@ def _bench_size(text: str) -> str:
     return text
 
 
-def _positive_int(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
-    return n
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of the ``g2po`` command (subcommands listed in the module docstring;
     each subcommand's ``--help`` lists its main forms with an example, :data:`HELP`)."""
@@ -241,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = bsub.add_parser("advantages", help="advantage estimators: rows/s and ms per batch vs. the per-row oracle")
     b.add_argument("--sizes", nargs="*", default=None, type=_bench_size,
                    help="'reference' and/or row counts (default: reference batch, 1e5, 1e6)")
-    b.add_argument("--repeats", type=_positive_int, default=5)
+    b.add_argument("--repeats", type=positive_int, default=5)
     b.add_argument("--estimators", nargs="+", default=None, help="only these estimators (default: all registered)")
     b.add_argument("--module", action="append", default=[],
                    help="import this estimator module first (algorithm.module); repeatable")
@@ -394,11 +385,7 @@ def _main(argv: list[str], console) -> int:
         args.argv = argv
         return int(run_credit_command(args, console))
     if args.command == "algorithms":
-        for module in args.module:
-            try:
-                import_estimator_module(module)
-            except ValueError as exc:
-                raise ConfigError(f"--module: {exc}") from None
+        _import_estimator_modules(args.module)
         print(describe_estimators())
         return 0
     if args.command == "bench":
@@ -406,11 +393,7 @@ def _main(argv: list[str], console) -> int:
             args.argv = argv
             return int(run_bench_command(args, console))
         if args.bench_command == "advantages":
-            for module in args.module:
-                try:
-                    import_estimator_module(module)
-                except ValueError as exc:
-                    raise ConfigError(f"--module: {exc}") from None
+            _import_estimator_modules(args.module)
             unknown = sorted(set(args.estimators or ()) - set(available_estimators()))
             if unknown:
                 raise ConfigError(f"--estimators: unknown {', '.join(unknown)}; registered: "
@@ -424,6 +407,19 @@ def _main(argv: list[str], console) -> int:
                 bench_argv.append("--no-oracle")
             return int(bench_main(bench_argv) or 0)
     return 1
+
+
+def _import_estimator_modules(modules) -> None:
+    """Import the estimator modules named by ``--module`` (they register their estimators).
+
+    Raises:
+        ConfigError: a module that cannot be imported, named after ``--module``.
+    """
+    for module in modules:
+        try:
+            import_estimator_module(module)
+        except ValueError as exc:
+            raise ConfigError(f"--module: {exc}") from None
 
 
 def _data(args, console) -> int:

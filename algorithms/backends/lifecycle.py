@@ -182,6 +182,19 @@ class RunLifecycle:
         self.run.write_status("failed", self.start_iteration - 1, self.total, error=f"{type(exc).__name__}: {exc}")
         self._close_tracker("failed")
 
+    @contextlib.contextmanager
+    def failing_on_error(self) -> Iterator[None]:
+        """Around the body of a backend's run (after :meth:`start`): any exception marks the run
+        failed (:meth:`fail`) and goes on; a stop request is not a failure and goes on untouched
+        (to :meth:`run_guarded`)."""
+        try:
+            yield
+        except ShutdownRequested:
+            raise
+        except BaseException as exc:
+            self.fail(exc)
+            raise
+
     # ------------------------------------------------------------------ signals
     def run_guarded(self, body: Callable[[], RunDir]) -> RunDir:
         """Run ``body`` (the backend's whole run) under the signal policy (module docstring).

@@ -166,14 +166,7 @@ def oracle_gigpo(batch: StepBatch, **o) -> np.ndarray:
     trajs = rw.trajectories_of(rows)
     ep = rw.episode_term(rows, mode, p, o["episode_stat"], eps)
     # 1. step returns, backwards along each trajectory; penalty on invalid rows only
-    for tr in trajs.values():
-        running = 0.0
-        for row in reversed(tr):
-            running = row["r"] + gamma * running
-            row["G"] = running
-        for row in tr:
-            if row["invalid"]:
-                row["G"] = row["G"] - p
+    rw.step_returns(trajs, gamma, p)
     # 2. step groups
     if o["grouping"] == "exact":
         node_of = {row["i"]: (row["group"], row["key"]) for row in rows}
@@ -181,15 +174,11 @@ def oracle_gigpo(batch: StepBatch, **o) -> np.ndarray:
         node_of = _similarity_clusters(rows, list(o["state_texts"]), o["similarity_threshold"])
     else:
         raise ValueError(f"oracle gigpo: unknown grouping {o['grouping']!r}")
-    members: dict[Any, list[float]] = defaultdict(list)
-    for row in sorted(rows, key=lambda r: (r["group"], r["traj"], r["t"])):
-        members[node_of[row["i"]]].append(row["G"])
     # 3-4. step advantage and combination
-    member_stats = {node: rw.stats(vals) for node, vals in members.items()}
+    a_s = rw.node_term(rows, lambda row: node_of[row["i"]], "G", mode, eps)
     out = np.zeros(len(rows))
     for row in rows:
-        a_s = rw.normalize(row["G"], member_stats[node_of[row["i"]]], mode, eps, "zero")
-        out[row["i"]] = ep[row["i"]] + o["step_weight"] * a_s
+        out[row["i"]] = ep[row["i"]] + o["step_weight"] * a_s[row["i"]]
     return out
 
 

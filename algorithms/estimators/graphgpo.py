@@ -166,14 +166,10 @@ def oracle_graphgpo(batch: StepBatch, **o) -> np.ndarray:
             d_next, d_here = d(row["next"]), d(row["key"])
             exponent = d_next if o["distance"] == "absolute" else d_next - d_here + 1
             row["R_step"] = big_r * gamma_d ** exponent - (p if row["invalid"] else 0.0)
-    members: dict[Any, list[float]] = defaultdict(list)
-    for row in sorted(rows, key=lambda r: (r["group"], r["traj"], r["t"])):
-        members[(row["group"], row["key"])].append(row["R_step"])
-    st = {key: rw.stats(vals) for key, vals in members.items()}
+    a_s = rw.node_term(rows, lambda row: (row["group"], row["key"]), "R_step", norm, eps)
     out = np.zeros(len(rows))
     for row in rows:
-        a_s = rw.normalize(row["R_step"], st[(row["group"], row["key"])], norm, eps, "zero")
-        out[row["i"]] = ep[row["i"]] + o["step_weight"] * a_s
+        out[row["i"]] = ep[row["i"]] + o["step_weight"] * a_s[row["i"]]
     return out
 
 

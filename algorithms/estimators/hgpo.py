@@ -96,18 +96,15 @@ def oracle_hgpo(batch: StepBatch, **o) -> np.ndarray:
     rows = rw.rows_of(batch)
     trajs = rw.trajectories_of(rows)
     ep = rw.episode_term(rows, mode, p, o["episode_stat"], eps)
+    rw.step_returns(trajs, gamma, p)  # row["G"]: R_t less the penalty of an invalid step
     for tr in trajs.values():
-        running = 0.0
-        for row in reversed(tr):
-            running = row["r"] + gamma * running
-            row["R_t"] = running - (p if row["invalid"] else 0.0)
         for t, row in enumerate(tr):
             row["windows"] = {k: tuple(r["key"] for r in tr[t - k + 1:t + 1])
                               for k in range(1, min(depth + 1, t + 1) + 1)}
     clusters: dict[Any, list[float]] = defaultdict(list)
     for row in rows:
         for k, window in row["windows"].items():
-            clusters[(row["group"], k, window)].append(row["R_t"])
+            clusters[(row["group"], k, window)].append(row["G"])
     out = np.zeros(len(rows))
     for row in rows:
         items: list[tuple[float, float]] = []  # (raw weight, a)
@@ -120,7 +117,7 @@ def oracle_hgpo(batch: StepBatch, **o) -> np.ndarray:
             m, s = rw.mean(ref), rw.std(ref, ddof=0)
             if rw.all_equal(s, m):
                 continue
-            a = (row["R_t"] - m) / (s + eps) if mode == "mean_std_norm" else row["R_t"] - m
+            a = (row["G"] - m) / (s + eps) if mode == "mean_std_norm" else row["G"] - m
             if a != 0.0:
                 items.append((level_weight(k, o["alpha"], o["weight_index"]), a))
         total = sum(u for u, _ in items)

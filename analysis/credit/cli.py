@@ -36,6 +36,7 @@ from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.rollout import ReplayMismatch
 from g2po_bench.benchmarks.toy.policy import ScriptedCorridorPolicy
 from g2po_bench.benchmarks.workers import EnvPool
+from g2po_bench.core.arguments import non_negative_int, positive_int
 from g2po_bench.core.config import ConfigError, config_to_yaml
 from g2po_bench.runconfig import load_config
 from g2po_bench.train import check_run_for_eval
@@ -45,26 +46,6 @@ __all__ = ["add_credit_arguments", "run_credit_command", "run_bench_command", "P
 POLICIES = ("model", "toy-scripted")
 
 
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
-    return n
-
-
-def _non_negative(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
-    return n
-
-
 def add_credit_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The arguments of ``g2po credit`` (and ``g2po bench credit``)."""
     p.add_argument("--run", help="training run folder: its checkpoints/latest/policy (and critic), on its config.yaml")
@@ -72,9 +53,9 @@ def add_credit_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--preset", help="named preset from g2po/presets (e.g. alfworld_cpu)")
     p.add_argument("--policy", choices=POLICIES, default="model",
                    help="model (default: --run, model.path or the warm start) or toy-scripted (env.name=toy)")
-    p.add_argument("--groups", type=_positive, default=16, help="task groups G (default 16)")
-    p.add_argument("--group-size", type=_positive, default=8, help="rollouts per group N (default 8, as training)")
-    p.add_argument("--continuations", type=_non_negative, default=16,
+    p.add_argument("--groups", type=positive_int, default=16, help="task groups G (default 16)")
+    p.add_argument("--group-size", type=positive_int, default=8, help="rollouts per group N (default 8, as training)")
+    p.add_argument("--continuations", type=non_negative_int, default=16,
                    help="continuations K per prefix (even, default 16; 0 only with --exact)")
     p.add_argument("--seed", type=int, default=0, help="seed of tasks, rollouts and continuations (default 0)")
     p.add_argument("--decisive", type=float, default=0.2, help="|A*| of a decisive step (default 0.2)")
@@ -86,10 +67,10 @@ def add_credit_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="run every continuation to its end (by default one that reaches the history of an earlier "
                         "one with the same random numbers takes its outcome: the same result, less work)")
     p.add_argument("--exact", action="store_true", help="exact values by dynamic programming (toy, toy-scripted)")
-    p.add_argument("--wave", type=_positive, default=512, help="continuation episodes per engine call (default 512)")
-    p.add_argument("--batch-tokens", type=_non_negative, default=0,
+    p.add_argument("--wave", type=positive_int, default=512, help="continuation episodes per engine call (default 512)")
+    p.add_argument("--batch-tokens", type=non_negative_int, default=0,
                    help="policy batch budget in tokens (rows x (prompt + response)); 0 = 128 rows' worth")
-    p.add_argument("--n-boot", type=_positive, default=2000, help="bootstrap resamples (default 2000)")
+    p.add_argument("--n-boot", type=positive_int, default=2000, help="bootstrap resamples (default 2000)")
     p.add_argument("--out", default=None, help="output folder (default: see g2po credit --help)")
     p.add_argument("--name", default=None, help="name of the output folder (default: the UTC time)")
     p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")

@@ -27,7 +27,7 @@ from g2po_bench.benchmarks.base import Benchmark
 from g2po_bench.benchmarks.webshop.bench import main as speed_benchmark_main
 from g2po_bench.benchmarks.webshop.catalog import Catalog, DataSource
 from g2po_bench.benchmarks.webshop.download import download_webshop
-from g2po_bench.benchmarks.webshop.env import STATE_KEYS, WebShopEnv
+from g2po_bench.benchmarks.webshop.env import WebShopEnv
 from g2po_bench.benchmarks.webshop.expert import expert_actions
 from g2po_bench.benchmarks.webshop.goals import Goal
 from g2po_bench.benchmarks.webshop.nouns import NounExtractorError, check_noun_extractor
@@ -41,6 +41,7 @@ from g2po_bench.benchmarks.webshop.tasks import (
     task_for_goal,
 )
 from g2po_bench.core.config import ConfigError, require
+from g2po_bench.core.protocol import check_state_key_rule
 
 __all__ = [
     "TASK_TYPES",
@@ -72,9 +73,7 @@ class PageKey:
     """
 
     def __init__(self, rule: str) -> None:
-        if rule not in STATE_KEYS:
-            raise ValueError(f"unknown state key rule {rule!r}; choose reference or raw")
-        self.rule = rule
+        self.rule = check_state_key_rule(rule)
 
     def reset(self, obs) -> str:
         return format_observation(obs.text, obs.instruction) if self.rule == "reference" else obs.text

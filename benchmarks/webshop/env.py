@@ -62,12 +62,18 @@ from g2po_bench.benchmarks.webshop.pages import (
 from g2po_bench.benchmarks.webshop.prompt import format_observation
 from g2po_bench.benchmarks.webshop.reward import REWARD_MODES, purchase_reward
 from g2po_bench.benchmarks.webshop.search import PRODUCT_WINDOW, SEARCH_RETURN_N
-from g2po_bench.core.protocol import Environment, Observation, Task
+from g2po_bench.core.protocol import (
+    STATE_KEY_RULES,
+    Environment,
+    Observation,
+    Task,
+    check_state_key_rule,
+)
 
 __all__ = ["WebShopEnv", "parse_action", "OBSERVATION_MODES", "STATE_KEYS", "SEARCH_PLACEHOLDER"]
 
 OBSERVATION_MODES = ("text", "text_rich")
-STATE_KEYS = ("reference", "raw")
+STATE_KEYS = STATE_KEY_RULES  # the rules WebShopEnv keys with
 #: the search entry of the admissible-action list (verl-agent's wording)
 SEARCH_PLACEHOLDER = "search[<your query>]"
 _ACTION_RE = re.compile(r"(.+)\[(.+)\]")
@@ -122,8 +128,7 @@ class WebShopEnv(Environment):
     ) -> None:
         if observation_mode not in OBSERVATION_MODES:
             raise ValueError(f"unknown WebShop observation mode {observation_mode!r}; choose text or text_rich")
-        if state_key not in STATE_KEYS:
-            raise ValueError(f"unknown state key rule {state_key!r}; choose reference or raw")
+        check_state_key_rule(state_key)
         if reward_mode not in REWARD_MODES:
             raise ValueError(f"unknown WebShop reward mode {reward_mode!r}; choose original or lenient")
         self.reward_mode = reward_mode

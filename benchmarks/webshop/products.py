@@ -251,6 +251,25 @@ def _dedup(records: Iterable[tuple[str, Product | None]], where: str) -> list[Pr
     return out
 
 
+def _load_json(path: Path, what: str, container: type, expected: str) -> Any:
+    """The JSON document of ``path``, which must be a ``container`` (list or dict).
+
+    Raises:
+        ProductDataError: missing file (named as ``what``), invalid JSON, or another container
+            (the message says it expected ``expected``).
+    """
+    if not path.is_file():
+        raise ProductDataError(f"{what} {str(path)!r} does not exist")
+    try:
+        with path.open(encoding="utf-8") as f:
+            data = json.load(f)
+    except json.JSONDecodeError as exc:
+        raise ProductDataError(f"{path}: not valid JSON ({exc.msg})") from None
+    if not isinstance(data, container):
+        raise ProductDataError(f"{path}: expected {expected}")
+    return data
+
+
 def _iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
@@ -298,15 +317,7 @@ def load_raw_products(path: str | Path, num_products: int | None = None) -> list
         ProductDataError: missing file, invalid JSON, or not a list.
     """
     path = Path(path)
-    if not path.is_file():
-        raise ProductDataError(f"raw product file {str(path)!r} does not exist")
-    try:
-        with path.open(encoding="utf-8") as f:
-            records = json.load(f)
-    except json.JSONDecodeError as exc:
-        raise ProductDataError(f"{path}: not valid JSON ({exc.msg})") from None
-    if not isinstance(records, list):
-        raise ProductDataError(f"{path}: expected a JSON list of products")
+    records = _load_json(path, "raw product file", list, "a JSON list of products")
     if num_products is not None:
         records = records[:num_products]
     return _dedup(((f"record {i + 1}", product_from_raw(r)) for i, r in enumerate(records)), str(path))
@@ -318,17 +329,7 @@ def load_attribute_file(path: str | Path) -> dict[str, dict[str, Any]]:
     Raises:
         ProductDataError: missing file, invalid JSON or not a mapping.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise ProductDataError(f"attribute file {str(path)!r} does not exist")
-    try:
-        with path.open(encoding="utf-8") as f:
-            data = json.load(f)
-    except json.JSONDecodeError as exc:
-        raise ProductDataError(f"{path}: not valid JSON ({exc.msg})") from None
-    if not isinstance(data, dict):
-        raise ProductDataError(f"{path}: expected a JSON object keyed by ASIN")
-    return data
+    return _load_json(Path(path), "attribute file", dict, "a JSON object keyed by ASIN")
 
 
 def load_human_instructions(path: str | Path) -> dict[str, list[dict[str, Any]]]:

@@ -9,4 +9,5 @@
 - :mod:`~g2po_bench.core.stats`: bootstrap confidence intervals.
 - :mod:`~g2po_bench.core.seeding`: per-sample seeds (counter-based random numbers that do not
   depend on how a batch is cut).
+- :mod:`~g2po_bench.core.arguments`: value types of command-line options (whole numbers >= 1, >= 0).
 """

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Task", "Observation", "crashed_observation", "Environment", "Mistake", "IfAdmissible", "RefusalStop",
-           "state_key_rule", "OwnStateKey", "STATE_KEY_RULES"]
+           "state_key_rule", "check_state_key_rule", "OwnStateKey", "STATE_KEY_RULES"]
 
 #: the state-key rules a benchmark may offer (ALGORITHMS.md "State keys")
 STATE_KEY_RULES = ("reference", "raw")
@@ -166,6 +166,18 @@ def state_key_rule(cfg) -> str:
     return rule
 
 
+def check_state_key_rule(rule: str) -> str:
+    """``rule`` when it is a name of :data:`STATE_KEY_RULES` (what a benchmark's key rule or
+    environment accepts).
+
+    Raises:
+        ValueError: another rule name (the message lists the rules).
+    """
+    if rule not in STATE_KEY_RULES:
+        raise ValueError(f"unknown state key rule {rule!r}; choose {' or '.join(STATE_KEY_RULES)}")
+    return rule
+
+
 class OwnStateKey:
     """The observation key rule of an environment with a single key rule (the toy corridor,
     AppWorld): every rule name gives the environment's own ``Observation.state_key``. It serves
@@ -179,9 +191,7 @@ class OwnStateKey:
     """
 
     def __init__(self, rule: str) -> None:
-        if rule not in STATE_KEY_RULES:
-            raise ValueError(f"unknown state key rule {rule!r}; choose {' or '.join(STATE_KEY_RULES)}")
-        self.rule = rule
+        self.rule = check_state_key_rule(rule)
 
     def reset(self, obs: Observation) -> str:
         return obs.state_key

@@ -96,7 +96,7 @@ from g2po_bench.algorithms.backends.progress import format_rate_ci
 from g2po_bench.benchmarks.cpus import usable_cpus
 from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.rollout import RolloutBatch
-from g2po_bench.benchmarks.shutdown import ShutdownRequested, check_stop
+from g2po_bench.benchmarks.shutdown import check_stop
 from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.core.config import RunConfig
 from g2po_bench.core.crashes import CRASHED_HEAVY_FRACTION, is_crashed_heavy
@@ -205,7 +205,7 @@ class LocalTrainer:
         seed_everything(cfg.seed)
         lc.start()
         t_setup = time.time()
-        try:
+        with lc.failing_on_error():  # a stop request goes on to RunLifecycle.run_guarded
             with lc.checkpoint_on_stop():
                 with self.progress.phase("loading tasks", key="tasks"):
                     train_tasks, panel = load_task_splits(cfg, self.bench)
@@ -232,11 +232,6 @@ class LocalTrainer:
                         self._evaluate_at_train_temperature(pool, panel, 0, "before")
                     lc.begin_training()
                     self._loop(pool, rl_pool, panel)
-        except ShutdownRequested:
-            raise  # handled by RunLifecycle.run_guarded: not a failure
-        except BaseException as exc:
-            lc.fail(exc)
-            raise
         return lc.finish(torch_threads=torch.get_num_threads())
 
     def _prepare_training(self) -> None:

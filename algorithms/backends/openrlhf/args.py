@@ -121,6 +121,16 @@ def build_argv(cfg, settings: OpenRLHFSettings, *, model_path: str, ckpt_path: s
         max_steps = max(1, t.iterations * t.ppo_epochs * math.ceil(est_rows / tbs))
     argv: list[str] = []
     f = lambda name, value=True: _flag(argv, name, value)  # noqa: E731
+
+    def optimizer(model: str, lr: float, weight_decay: float) -> None:
+        # the local backend's optimizer: AdamW at a constant rate, no warm-up, gradient clipping
+        f(f"{model}.adam.lr", lr)
+        f(f"{model}.adam.betas", (0.9, 0.999))
+        f(f"{model}.adam.weight_decay", weight_decay)
+        f(f"{model}.lr_scheduler", "constant")
+        f(f"{model}.lr_warmup_ratio", 0.0)
+        f(f"{model}.max_norm", t.max_grad_norm)
+
     # models and layout
     f("actor.model_name_or_path", model_path)
     f("actor.num_nodes", nodes)
@@ -160,12 +170,7 @@ def build_argv(cfg, settings: OpenRLHFSettings, *, model_path: str, ckpt_path: s
     f("train.micro_batch_size", t.micro_batch_size)
     f("train.max_epochs", t.ppo_epochs)
     f("train.seed", cfg.seed)
-    f("actor.adam.lr", t.lr)
-    f("actor.adam.betas", (0.9, 0.999))
-    f("actor.adam.weight_decay", t.weight_decay)
-    f("actor.lr_scheduler", "constant")
-    f("actor.lr_warmup_ratio", 0.0)
-    f("actor.max_norm", t.max_grad_norm)
+    optimizer("actor", t.lr, t.weight_decay)
     f("actor.eps_clip", t.clip_ratio)
     f("actor.policy_loss_type", "ppo")
     f("actor.dual_clip", t.clip_ratio_c)
@@ -177,12 +182,7 @@ def build_argv(cfg, settings: OpenRLHFSettings, *, model_path: str, ckpt_path: s
     f("algo.advantage.estimator", "gae" if critic else "reinforce")
     f("algo.advantage.gamma", 1.0)
     if critic:
-        f("critic.adam.lr", t.value_lr)
-        f("critic.adam.betas", (0.9, 0.999))
-        f("critic.adam.weight_decay", t.value_weight_decay)
-        f("critic.lr_scheduler", "constant")
-        f("critic.lr_warmup_ratio", 0.0)
-        f("critic.max_norm", t.max_grad_norm)
+        optimizer("critic", t.value_lr, t.value_weight_decay)
         f("critic.value_clip", t.value_clip)
     # checkpoints (the backend saves them itself, every train.checkpoint_every iterations)
     f("ckpt.path", ckpt_path)

@@ -79,7 +79,7 @@ from g2po_bench.algorithms.backends.openrlhf.policy import EnginePolicy, vllm_sa
 from g2po_bench.algorithms.backends.openrlhf.settings import OpenRLHFSettings, load_settings
 from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.rollout import RolloutBatch
-from g2po_bench.benchmarks.shutdown import ShutdownRequested, check_stop
+from g2po_bench.benchmarks.shutdown import check_stop
 from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.core.config import RunConfig
 from g2po_bench.core.rundir import RunDir, atomic_write_json, atomic_write_text
@@ -296,7 +296,7 @@ class OpenRLHFTrainer:
         lc.start()
         atomic_write_json(self.run.root / "openrlhf.json", {
             "settings": settings.as_dict(), "allocation": dataclasses.asdict(alloc)})
-        try:
+        with lc.failing_on_error():  # a stop request goes on to RunLifecycle.run_guarded
             with self.progress.phase("loading tasks", key="tasks"):
                 train_tasks, panel = load_task_splits(cfg, self.bench)
                 rl_pool = rl_tasks(cfg, train_tasks)  # fails here, before any work, if it is empty
@@ -320,11 +320,6 @@ class OpenRLHFTrainer:
                             self._evaluate_at_train_temperature(pool, panel, 0, "before")
                         lc.begin_training()
                         self._loop(pool, rl_pool, panel)
-        except ShutdownRequested:
-            raise  # handled by RunLifecycle.run_guarded: not a failure
-        except BaseException as exc:
-            lc.fail(exc)
-            raise
         return lc.finish()
 
     def _starting_model(self, pool: EnvPool, train_tasks) -> Path:
