@@ -75,16 +75,16 @@ class EnvConfig:
     ``../shared/data/alfworld`` with ``json_2.1.1/<split>/...``).
     """
 
-    name: str = "alfworld"
-    data_dir: str | None = None
-    train_split: str = "train"
-    eval_split: str = "valid_seen"
+    name: str = "alfworld"  # benchmark: alfworld | webshop | appworld | toy (`g2po config --presets` lists presets)
+    data_dir: str | None = None  # null: the embedded default (generated offline); a path: the benchmark's own data layout
+    train_split: str = "train"  # split the RL and warm-start tasks come from
+    eval_split: str = "valid_seen"  # held-out split of the evaluation panel
     task_types: list[str] = field(default_factory=list)  # empty = all task types
-    max_steps: int = 15
+    max_steps: int = 15  # step limit of an episode (environment steps, counted from its start)
     # "auto": the estimator's reference key (GiGPO: "raw", the raw observation; G2PO and the
     # rest: "reference"); load_config resolves it, so the saved config records the key used
     state_key: str = "auto"  # "auto" | "reference" | "raw"
-    history_length: int = 3
+    history_length: int = 3  # past (observation, action) pairs shown in the prompt
     # end an episode (a failure) after this many consecutive actions the engine refused
     # (ALFWorld's "Nothing happens."; Observation.info["refused"]); 0 = never, the reference (the
     # step limit alone ends an episode; the GPU presets set 0). The CPU proxy uses 2: a stuck tiny
@@ -103,13 +103,13 @@ class EnvConfig:
     worker_max_episodes: int = 1024
     # generated-game settings (embedded default)
     generated_dir: str = "results/cache/alfworld_generated"
-    generated_train_games: int = 1200
-    generated_eval_games: int = 120
-    generated_max_receptacles: int = 2
+    generated_train_games: int = 1200  # ALFWorld games generated offline for the train split
+    generated_eval_games: int = 120  # ALFWorld games generated offline for the held-out split
+    generated_max_receptacles: int = 2  # at most this many receptacles per generated scene, plus the appliance the task needs
     # "seen": eval games on the training floor plans (new games, like ALFWorld's valid_seen,
     # the papers' in-distribution split); "unseen": ALFRED's held-out floor plans (valid_unseen)
     generated_eval_scenes: str = "seen"
-    generated_seed: int = 0
+    generated_seed: int = 0  # seed of the offline game generation
     # the folder of the benchmarks' caches that are not games (WebShop's synthetic catalogue and
     # search index); relative paths are relative to the working directory
     cache_dir: str = "results/cache"
@@ -132,11 +132,11 @@ class EnvConfig:
     # per-cell timeout (reference 50 s), the hard per-request limit that kills a hanging
     # server (the episode fails), and the difficulty levels kept (reference [1, 2]; [] = all)
     appworld_python: str | None = None
-    appworld_generated_dir: str = "results/cache/appworld_synthetic"
-    appworld_max_interactions: int = 50
-    appworld_timeout_seconds: int = 50
-    appworld_cell_timeout: float = 60.0
-    appworld_difficulties: list[int] = field(default_factory=list)
+    appworld_generated_dir: str = "results/cache/appworld_synthetic"  # cache folder of the synthetic AppWorld tasks
+    appworld_max_interactions: int = 50  # AppWorld's own step limit of an episode (reference 50)
+    appworld_timeout_seconds: int = 50  # AppWorld's own per-cell time limit, seconds (reference 50)
+    appworld_cell_timeout: float = 60.0  # hard limit of one cell, seconds: a hang beyond it ends the episode as failed and restarts the server
+    appworld_difficulties: list[int] = field(default_factory=list)  # AppWorld task difficulties kept (empty = all)
     # an evaluation split whose game count differs from the official one (ALFWorld valid_seen 140,
     # valid_unseen 134: benchmarks/alfworld/download.py EXPECTED_SPLITS; e.g. games without the
     # "solvable" key from an older or partial download, which the loader leaves out) fails before
@@ -155,27 +155,27 @@ class AlgorithmConfig:
     default) imports nothing and is left out of the config hash.
     """
 
-    name: str = "g2po"
+    name: str = "g2po"  # registered estimator (`g2po algorithms` lists them)
     mode: str = "mean_std_norm"  # "mean_std_norm" (ALFWorld reference) | "mean_norm" (WebShop)
-    gamma: float = 0.95
+    gamma: float = 0.95  # discount of the step returns (reference 0.95)
     step_weight: float = 1.0  # G2PO w / GiGPO omega
-    invalid_penalty: float = 0.1
-    success_reward: float = 10.0
-    options: dict[str, Any] = field(default_factory=dict)
-    module: str | None = None
+    invalid_penalty: float = 0.1  # reward subtracted for an invalid action (reference 0.1)
+    success_reward: float = 10.0  # episode reward of a success (reference 10)
+    options: dict[str, Any] = field(default_factory=dict)  # estimator-specific options (`g2po algorithms` lists each one's)
+    module: str | None = None  # one more module to import before validation (an out-of-tree estimator)
 
 
 @dataclass
 class ModelConfig:
     """The policy model. ``path`` None builds the tiny CPU model (Llama-style, byte-level BPE)."""
 
-    path: str | None = None
-    hidden_size: int = 128
-    num_layers: int = 2
-    num_heads: int = 4
-    intermediate_size: int = 256
-    vocab_size: int = 1024
-    max_position_embeddings: int = 1024
+    path: str | None = None  # model folder (Hugging Face layout); null: the tiny CPU model built locally
+    hidden_size: int = 128  # tiny model: hidden size
+    num_layers: int = 2  # tiny model: transformer layers
+    num_heads: int = 4  # tiny model: attention heads
+    intermediate_size: int = 256  # tiny model: MLP width
+    vocab_size: int = 1024  # tiny model: byte-level BPE vocabulary size
+    max_position_embeddings: int = 1024  # tiny model: longest sequence, tokens
     dtype: str = "float32"  # "float32" | "bfloat16"
     device: str = "auto"  # "auto" | "cpu" | "cuda"
     # torch intra-op threads on a CPU: 0 = every CPU this process may use (g2po_bench.benchmarks.cpus.usable_cpus:
@@ -191,20 +191,20 @@ class ModelConfig:
 class TrainConfig:
     """The training loop (ALGORITHMS.md "Training loop facts" give the reference values)."""
 
-    iterations: int = 54
+    iterations: int = 54  # RL iterations (one batch of rollouts and its update each)
     groups_per_batch: int = 16  # tasks per batch (reference 16)
     group_size: int = 8  # rollouts per task (reference 8)
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_prompt_tokens: int = 768
-    max_response_tokens: int = 24
-    lr: float = 3e-4
+    temperature: float = 1.0  # sampling temperature of the training rollouts
+    top_p: float = 1.0  # nucleus sampling of the training rollouts (1.0: off)
+    max_prompt_tokens: int = 768  # prompts longer than this keep their last tokens (counted as train/truncated_prompts)
+    max_response_tokens: int = 24  # response length limit per step, tokens
+    lr: float = 3e-4  # actor AdamW learning rate
     weight_decay: float = 0.01  # actor AdamW (reference actor.optim.weight_decay)
     kl_coef: float = 0.05  # the CPU proxy's; the reference (and the GPU presets) use 0.01
     kl_estimator: str = "k3"  # "k1" | "k2" | "k3" (low-variance)
-    clip_ratio: float = 0.2
-    entropy_coef: float = 0.001
-    max_grad_norm: float = 1.0
+    clip_ratio: float = 0.2  # PPO clip ratio epsilon of the policy loss
+    entropy_coef: float = 0.001  # entropy bonus coefficient of the policy loss
+    max_grad_norm: float = 1.0  # gradient norm clip per optimizer step
     mini_batch_size: int = 128  # step samples per optimizer step
     # how an iteration's step samples are cut into optimizer steps (algorithms/backends/batching.py):
     # "fixed" = chunks of mini_batch_size, the last one holds the remainder (1 row when 129 rows meet
@@ -212,7 +212,7 @@ class TrainConfig:
     # differing by at most one row (none under mini_batch_size // 2 when there are more rows than that)
     mini_batch_split: str = "fixed"
     micro_batch_size: int = 16  # step samples per forward/backward
-    ppo_epochs: int = 1
+    ppo_epochs: int = 1  # passes over each iteration's rollouts
     # the old (behaviour-policy) log-probs of the PPO ratio: "recompute" (a forward pass of the
     # policy before the update, as verl and OpenRLHF do), "sampler" (the log-probs the local
     # sampler computed while drawing the tokens: the same weights and sampling definition, so in
@@ -222,8 +222,8 @@ class TrainConfig:
     value_lr: float = 1e-5  # critic AdamW lr (reference critic.optim.lr)
     value_clip: float = 0.5  # critic value clip (reference critic.cliprange_value)
     sft_epochs: int = 2  # warm start on expert walkthroughs (0 = off)
-    sft_lr: float = 3e-3
-    sft_batch_size: int = 16
+    sft_lr: float = 3e-3  # warm-start (SFT) learning rate
+    sft_batch_size: int = 16  # warm-start (SFT) batch size, steps
     sft_max_tasks: int = 1200  # expert demonstrations from at most this many training tasks
     # fraction of ALFWorld demonstrations that first visit another receptacle (a searching expert,
     # benchmarks/alfworld expert_detour); 0 = the planner's walkthroughs only
@@ -244,7 +244,7 @@ class TrainConfig:
     # warm start's expert demonstrations did not come from, so RL cannot profit from SFT having
     # memorised a game; needs train.sft_max_tasks below the number of training tasks)
     rl_tasks: str = "all"
-    checkpoint_every: int = 1
+    checkpoint_every: int = 1  # checkpoint every k iterations (a resume continues from the last)
     # an iteration where most episodes crashed is rolled out again after restarting the
     # environment workers, at most this many times; then the run fails with the reason
     crash_retries: int = 2
@@ -272,8 +272,8 @@ class EvalConfig:
 
     every: int = 12  # evaluate every k iterations (and before and after training)
     num_tasks: int = 0  # 0 = the whole split (the CPU default: its 120 generated held-out games)
-    temperature: float = 0.4
-    episodes_per_task: int = 1
+    temperature: float = 0.4  # sampling temperature of the evaluation (reference 0.4)
+    episodes_per_task: int = 1  # episodes per panel task
     # also evaluate the panel at train.temperature, before RL and after the last iteration (both
     # backends; eval.json "at_train_temperature"): decoding at 0.4 can hide what RL learned
     # (docs/cpu-proxy.md); the GPU presets turn it off
@@ -295,7 +295,7 @@ class LoggingConfig:
     ``wandb login``). Not part of the config hash: tracking never changes a result or a run id.
     """
 
-    backends: list[str] = field(default_factory=lambda: ["jsonl", "console"])
+    backends: list[str] = field(default_factory=lambda: ["jsonl", "console"])  # jsonl (always on), console, tensorboard, wandb
     project: str = "g2po-bench"  # W&B project
     entity: str | None = None  # W&B entity (team or user; null: the key's default)
     group: str | None = None  # W&B group (null: the sweep's name for a sweep's runs, else none)
@@ -312,12 +312,12 @@ class LoggingConfig:
 class RunConfig:
     """One run. ``run_id`` None derives ``<env>-<algorithm>-s<seed>-<hash>`` from the config."""
 
-    seed: int = 0
+    seed: int = 0  # seed of the run (sampling, task order, shuffles)
     backend: str = "local"  # "local" | "openrlhf"
-    output_dir: str = "results/runs"
-    run_id: str | None = None
-    resume: bool = False
-    progress: bool = True
+    output_dir: str = "results/runs"  # folder of the run folders
+    run_id: str | None = None  # null: <env>-<algorithm>-s<seed>-<config hash>
+    resume: bool = False  # continue the run folder's last checkpoint
+    progress: bool = True  # progress lines on the console
     env: EnvConfig = field(default_factory=EnvConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
