@@ -3,7 +3,7 @@
 The panel is chosen once from the (sorted) evaluation split, round-robin across task types so
 every type is represented, and is the same for every run with the same settings, which makes
 runs comparable cell by cell (ALGORITHMS.md "Training loop facts": validation temperature
-0.4). The result is the EVAL record of ``results/rundir.py``.
+0.4). The result is the EVAL record of ``g2po_bench/core/rundir.py``.
 """
 
 from __future__ import annotations

@@ -77,9 +77,9 @@ HELP: dict[str, tuple[str, str]] = {
         "--preset, then --config, then key=value overrides; it is saved as RUN/config.yaml.",
         "  g2po train                                    # CPU default: tiny model on generated ALFWorld games\n"
         "  g2po train algorithm.name=gigpo seed=1        # another estimator and seed (g2po algorithms lists them)\n"
-        "  g2po train --preset alfworld_1.5b model.path=/models/Qwen2.5-1.5B-Instruct   # a reference preset\n"
+        "  g2po train --preset alfworld_1.5b model.path=/models/Qwen2.5-1.5B-Instruct env.data_dir=~/.cache/g2po/alfworld\n"
         "  g2po train --config my.yaml train.iterations=20                              # a YAML file + overrides\n"
-        "  g2po train backend=openrlhf --preset webshop_7b model.path=/models/Qwen2.5-7B-Instruct  # OpenRLHF\n"
+        "  g2po train backend=openrlhf --preset webshop_7b model.path=/models/Qwen2.5-7B-Instruct env.data_dir=DIR  # OpenRLHF\n"
         "  g2po train run_id=RUN_ID resume=true          # continue a killed run from its checkpoint",
     ),
     "eval": (
@@ -98,7 +98,7 @@ HELP: dict[str, tuple[str, str]] = {
     "config": (
         "Print the resolved config as YAML (what a run saves as config.yaml), without running anything.",
         "  g2po config                                   # the CPU default\n"
-        "  g2po config --preset webshop_1.5b model.path=/models/Qwen2.5-1.5B-Instruct\n"
+        "  g2po config --preset webshop_1.5b model.path=/models/Qwen2.5-1.5B-Instruct env.data_dir=~/.cache/g2po/webshop\n"
         "  g2po config baseline=react model=smollm2 env=webshop   # a baseline run's config\n"
         "  g2po config --presets                         # the presets of every benchmark",
     ),

@@ -9,7 +9,7 @@ and the resources of each run::
     vars:                            # values the user provides (CLI: --var NAME=VALUE)
       model_1_5b: ${oc.env:G2PO_MODEL_1_5B}     # OmegaConf interpolation, e.g. an env variable
     base:
-      preset: alfworld_1.5b          # a g2po/presets name (optional)
+      preset: alfworld_1.5b          # a preset name (g2po config --presets; optional)
       config: {backend: openrlhf}    # nested config keys (optional)
       overrides: [train.iterations=50]   # dotted key=value strings (optional)
     grid:                            # cartesian product of the axes, in this order

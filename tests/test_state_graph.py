@@ -1,4 +1,4 @@
-"""State graphs rebuilt from recorded step tables (results/steptable.py, analysis/state_graph.py):
+"""State graphs rebuilt from recorded step tables (g2po_bench/core/steptable.py, analysis/state_graph.py):
 the numbers of a rebuilt group graph are the estimator's own numbers for that group, and
 ``g2po graph`` / ``g2po report`` draw them."""
 

@@ -1,4 +1,4 @@
-"""Bootstrap confidence intervals (results/stats.py) on hand-computed cases."""
+"""Bootstrap confidence intervals (g2po_bench/core/stats.py) on hand-computed cases."""
 
 import math
 

@@ -5,7 +5,7 @@
   gives the same per-step advantages for the same rollouts, whether trained locally or on
   OpenRLHF). The inputs come from the registry's vocabulary
   (:func:`g2po_bench.algorithms.registry.rollout_inputs`): nothing here knows an estimator.
-- :func:`eval_summary`: the ``eval.json`` record of ``results/rundir.py`` from the evaluation
+- :func:`eval_summary`: the ``eval.json`` record of ``g2po_bench/core/rundir.py`` from the evaluation
   history.
 - :func:`load_task_splits`, :func:`training_rollouts`, :func:`evaluate_panel`,
   :func:`rollout_metrics`, :func:`eval_metrics`: one iteration's task choice, rollout

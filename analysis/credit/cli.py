@@ -50,7 +50,7 @@ def add_credit_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The arguments of ``g2po credit`` (and ``g2po bench credit``)."""
     p.add_argument("--run", help="training run folder: its checkpoints/latest/policy (and critic), on its config.yaml")
     p.add_argument("--config", help="YAML config file (any subset of the keys)")
-    p.add_argument("--preset", help="named preset from g2po/presets (e.g. alfworld_cpu)")
+    p.add_argument("--preset", help="named preset (g2po config --presets lists them; e.g. alfworld_cpu)")
     p.add_argument("--policy", choices=POLICIES, default="model",
                    help="model (default: --run, model.path or the warm start) or toy-scripted (env.name=toy)")
     p.add_argument("--groups", type=positive_int, default=16, help="task groups G (default 16)")
@@ -71,7 +71,7 @@ def add_credit_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--batch-tokens", type=non_negative_int, default=0,
                    help="policy batch budget in tokens (rows x (prompt + response)); 0 = 128 rows' worth")
     p.add_argument("--n-boot", type=positive_int, default=2000, help="bootstrap resamples (default 2000)")
-    p.add_argument("--out", default=None, help="output folder (default: see g2po credit --help)")
+    p.add_argument("--out", default=None, help="output folder (default: RUN/credit/<name> with --run, else <output_dir>/credit/<env>-<policy>-<name>)")
     p.add_argument("--name", default=None, help="name of the output folder (default: the UTC time)")
     p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, e.g. env.max_steps=30")

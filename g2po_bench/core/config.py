@@ -2,7 +2,7 @@
 
 DESIGN.md "Rules of the house": typed dataclasses, loaded from YAML, overridable from the
 command line; the resolved config is saved with every run and is enough to rerun it. Presets
-(``g2po/presets/*.yaml``) reproduce the reference settings (ALGORITHMS.md "Training loop
+(``benchmarks/<name>/presets/*.yaml``) reproduce the reference settings (ALGORITHMS.md "Training loop
 facts"); the dataclass defaults are the CPU default of the main job (``g2po train`` with no
 arguments: a tiny model on generated ALFWorld games, about 10-15 minutes on 2 cores).
 
@@ -102,7 +102,8 @@ class EnvConfig:
     # of process start-up); the GPU presets, with many more workers, keep 256
     worker_max_episodes: int = 1024
     # generated-game settings (embedded default)
-    generated_dir: str = "results/cache/alfworld_generated"
+
+    generated_dir: str = "results/cache/alfworld_generated"  # cache folder of the ALFWorld games generated offline
     generated_train_games: int = 1200  # ALFWorld games generated offline for the train split
     generated_eval_games: int = 120  # ALFWorld games generated offline for the held-out split
     generated_max_receptacles: int = 2  # at most this many receptacles per generated scene, plus the appliance the task needs
@@ -131,7 +132,8 @@ class EnvConfig:
     # (reference default 50; the rollout's max_steps usually ends episodes first), AppWorld's
     # per-cell timeout (reference 50 s), the hard per-request limit that kills a hanging
     # server (the episode fails), and the difficulty levels kept (reference [1, 2]; [] = all)
-    appworld_python: str | None = None
+
+    appworld_python: str | None = None  # interpreter with the appworld package (null: $G2PO_APPWORLD_PYTHON, this one, ~/.cache/g2po/appworld-venv)
     appworld_generated_dir: str = "results/cache/appworld_synthetic"  # cache folder of the synthetic AppWorld tasks
     appworld_max_interactions: int = 50  # AppWorld's own step limit of an episode (reference 50)
     appworld_timeout_seconds: int = 50  # AppWorld's own per-cell time limit, seconds (reference 50)
@@ -254,12 +256,14 @@ class TrainConfig:
     warm_start_cache: str | None = "results/cache/warm_start"
     warm_start_seed: int = 0  # seed of the tiny model's initialisation and of the SFT shuffling
     # reference defaults (verl ppo_trainer.yaml / core_algos.py as the G2PO repository ships them)
+
     value_weight_decay: float = 0.01  # critic AdamW (reference critic.optim.weight_decay)
     clip_ratio_c: float | None = 3.0  # dual-clip PPO bound for A < 0 (None: off)
     kl_clamp: float | None = 10.0  # k3 KL clamped to [-kl_clamp, kl_clamp] per token (None: off)
     # "token-mean" | "seq-mean-token-sum" | "seq-mean-token-mean" | "seq-mean-token-sum-norm"
     loss_agg_mode: str = "token-mean"
     # memory and throughput of the local backend on a GPU
+
     gradient_checkpointing: bool = False  # recompute layer activations in the backward pass
     logprob_chunk_tokens: int = 1024  # response tokens per LM-head/log-softmax chunk
     ref_device: str = "auto"  # the frozen reference policy: "auto" (the policy's device) | "cpu"
@@ -324,7 +328,7 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
-    # write <run>/steps/iter_<K>.parquet every iteration (results/steptable.py; `g2po graph`
+    # write <run>/steps/iter_<K>.parquet every iteration (g2po_bench/core/steptable.py; `g2po graph`
     # draws a group's state graph from it). On for the CPU default (about 10 KB per
     # iteration); the GPU presets turn it off. Does not change results (not in the hash).
     # Both backends record (algorithms/backends/lifecycle.py).
@@ -417,7 +421,7 @@ def parse_config(
         if missing:
             raise ConfigError(
                 f"config key(s) {', '.join(missing)} must be set (the preset or file leaves them "
-                "as ???), e.g. model.path=/models/Qwen2.5-1.5B-Instruct"
+                f"as ???): add {' '.join(k + '=...' for k in missing)} to the command line"
             )
         cfg: RunConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except ConfigError:
