@@ -249,6 +249,8 @@ def on_files(files, config):  # noqa: ANN001 - mkdocs hook signature
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Print one generated page (e.g. ``reference/config.md``), write them all under ``--out``, or
+    list their paths; returns the exit status (2: unknown page)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("page", nargs="?", help="print this page (e.g. reference/config.md)")
     ap.add_argument("--out", type=Path, help="write every generated page under this folder")

@@ -10,7 +10,7 @@ What it does (issue "RL that measurably learns on a CPU"):
    one at a time by default (each run's model uses every usable CPU, ``model.num_threads=0``);
    with ``--parallel N`` N at a time, each with ``model.num_threads`` = CPUs // N (two runs of two
    threads each on two cores oversubscribe them). On 2 cores this is no faster in total: two runs
-   side by side took 19-27 s per RL iteration each, one run alone 12 s (seventh session);
+   side by side took 19-27 s per RL iteration each, one run alone 12 s (2-core AMD EPYC VM, AVX-512);
 4. prints and writes (``bench.json``, ``bench.md`` in ``--out``) per seed the held-out success
    after the warm start (before RL) and after RL with 95 % bootstrap CIs, and over seeds the
    mean improvement with a paired two-level bootstrap CI (:func:`g2po_bench.core.stats.paired_improvement_ci`),

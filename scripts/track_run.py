@@ -30,6 +30,9 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Send a finished run folder's records (config, metrics, evaluations, pictures) to the
+    trackers its ``logging.KEY=VALUE`` overrides select; returns the exit status (2: a bad
+    config, tracker or run folder, said in one line)."""
     from g2po_bench.analysis.pictures import AnalysisPictures
     from g2po_bench.core.config import ConfigError, config_to_dict, config_to_yaml
     from g2po_bench.core.rundir import RunDir, machine_label
