@@ -401,3 +401,30 @@ def test_a_monte_carlo_record_reports_its_ceiling_and_every_row(tmp_path):
     with pytest.raises(ValueError, match="not a credit record"):
         (tmp_path / "x.json").write_text('{"kind": "evaluation"}')
         read_record(tmp_path / "x.json")
+
+
+def test_studies_side_by_side_quote_each_record_and_the_report_finds_them(tmp_path):
+    from g2po_bench.analysis.credit.record import study_record, write_record
+    from g2po_bench.analysis.credit.report import credit_section, studies_table
+
+    cfg = toy_cfg()
+    tasks = choose_tasks(TOY.load_tasks(cfg.env, "train"), 3, 0)
+    with EnvPool("toy", cfg.env, 2, max_episodes=0) as pool:
+        st = run_study(cfg, ScriptedCorridorPolicy(), pool, TOY, tasks, CreditSettings(groups=3, continuations=8,
+                                                                                         n_boot=100))
+    rec = study_record(st, cfg, policy={"kind": "scripted"}, command=["g2po", "credit"])
+    scores = rec["scores"]["a_star"]
+    g2po, grpo = scores["rows"]["g2po"]["spearman"], scores["rows"]["grpo"]["spearman"]
+    diff = next(d["spearman"] for d in scores["differences"] if (d["a"], d["b"]) == ("g2po", "grpo"))
+    table = studies_table([("one", rec), ("two", rec)])
+    line = next(x for x in table.splitlines() if x.startswith("| g2po |"))
+    cell = f"{g2po['mean']:.2f} [{g2po['ci'][0]:.2f}, {g2po['ci'][1]:.2f}]; Δ {diff['mean']:+.2f}"
+    assert line.count(cell) == 2
+    assert next(x for x in table.splitlines() if x.startswith("| grpo |")).count("Δ") == 0  # not against itself
+    ceiling = scores["ceiling"]["ceiling"]["mean"]
+    assert table.splitlines()[-1].startswith(f"| ceiling sqrt(reliability) | {ceiling:.2f}")
+    assert f"{grpo['mean']:.2f}" in table
+    for name in ("a", "b"):
+        write_record(tmp_path / name, rec)
+    lines, problems = credit_section(tmp_path, tmp_path / "report")
+    assert not problems and "| row | `a` | `b` |" in "\n".join(lines)

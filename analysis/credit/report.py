@@ -22,7 +22,7 @@ from typing import Any
 from g2po_bench.analysis.credit.groundtruth import TARGET_LABELS
 from g2po_bench.analysis.credit.record import find_records, read_record
 
-__all__ = ["summary_table", "write_study_report", "credit_section", "ceiling_line"]
+__all__ = ["summary_table", "studies_table", "write_study_report", "credit_section", "ceiling_line"]
 
 
 def _f(x: Any, digits: int = 2) -> str:
@@ -56,6 +56,47 @@ def summary_table(record: dict[str, Any], *, axes: bool = True) -> str:
             f"| {n} | {axis_of.get(n, '')} | {_f(sp['mean'])}{_ci(sp['ci'])} | {_f(pe['mean'])}{_ci(pe['ci'])} | "
             f"{sp['groups']}/{sp['undefined']} | {_f(sa['value'])}{_ci(sa['ci'])} | {_f(dm['value'])}{_ci(dm['ci'])} | "
             f"{_f(pp.get('mean'))}{_ci(pp.get('ci'))} |")
+    return "\n".join(lines) + "\n"
+
+
+def studies_table(records: list[tuple[str, dict[str, Any]]], *, baseline: str = "grpo") -> str:
+    """The main rows of several studies side by side (one column per study).
+
+    Each cell is the mean within-group Spearman correlation with A* and its 95 % CI, then the
+    paired difference to ``baseline`` on the same task groups (``Δ``, with its CI) where the
+    study scored both; the last rows are the oracle and the Monte-Carlo ceiling.
+
+    Args:
+        records: (column name, credit record) pairs, in column order.
+        baseline: the row the paired differences are taken against.
+
+    Returns:
+        A Markdown table ("—" where a study has no such row).
+    """
+    names: list[str] = []
+    for _, rec in records:
+        names += [v["name"] for v in rec.get("variants", []) if not v.get("axis") and v["name"] not in names]
+    lines = ["| row | " + " | ".join(f"`{c}`" for c, _ in records) + " |",
+             "|---|" + "---|" * len(records)]
+
+    def cell(rec: dict[str, Any], name: str) -> str:
+        r = rec["scores"]["a_star"]["rows"].get(name)
+        if r is None:
+            return "—"
+        sp = r["spearman"]
+        text = f"{_f(sp['mean'])}{_ci(sp['ci'])}"
+        for d in rec["scores"]["a_star"].get("differences", []):
+            if d["a"] == name and d["b"] == baseline:
+                text += f"; Δ {float(d['spearman']['mean']):+.2f}{_ci(d['spearman']['ci'])}"
+        return text
+
+    for n in names + ["oracle"]:
+        lines.append(f"| {n} | " + " | ".join(cell(rec, n) for _, rec in records) + " |")
+    ceil = []
+    for _, rec in records:
+        c = rec["scores"]["a_star"].get("ceiling")
+        ceil.append(f"{_f(c['ceiling']['mean'])}{_ci(c['ceiling']['ci'])}" if c else "1 (exact)")
+    lines.append("| ceiling sqrt(reliability) | " + " | ".join(ceil) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -186,12 +227,14 @@ def credit_section(results_dir: str | os.PathLike, out_dir: str | os.PathLike) -
     """
     lines: list[str] = []
     problems: list[str] = []
+    read: list[tuple[str, dict[str, Any]]] = []
     for path in find_records(results_dir):
         try:
             rec = read_record(path)
         except (OSError, ValueError) as exc:
             problems.append(f"{path}: {exc}")
             continue
+        read.append((os.path.relpath(path.parent, results_dir), rec))
         rel = os.path.relpath(path.parent, out_dir)
         s = rec["settings"]
         lines += [f"### `{os.path.relpath(path.parent, results_dir)}`", "",
@@ -202,6 +245,9 @@ def credit_section(results_dir: str | os.PathLike, out_dir: str | os.PathLike) -
         fig = path.parent / "figures" / "correlations.png"
         if fig.exists():
             lines += [f"![credit correlations]({os.path.relpath(fig, out_dir)})", ""]
+    if len(read) > 1:
+        lines = ["Mean within-group Spearman correlation with A* [95 % CI]; Δ = paired difference to GRPO on the "
+                 "same task groups [95 % CI].", "", studies_table(read).rstrip("\n"), ""] + lines
     if lines:
         lines = ["## Credit-assignment accuracy", "",
                  "Studies by `g2po credit` (step advantages against Monte-Carlo ground truth; main rows here, every "
