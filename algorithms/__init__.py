@@ -1,4 +1,4 @@
-"""Advantage estimators, losses and trainer backends (DESIGN.md "algorithms/").
+"""Advantage estimators, losses and trainer backends (docs/design.md).
 
 The estimators live one per module in :mod:`g2po_bench.algorithms.estimators` (``grpo``,
 ``rloo``, ``gigpo``, ``g2po``, ``ppo``, ``crbc``, ``hgpo``, ``graphgpo``, ``empg``); the registry
@@ -8,10 +8,11 @@ this package imports nothing heavier than numpy (the torch losses live in
 :mod:`g2po_bench.algorithms.losses`, imported on demand).
 
 Modules: ``registry`` (register / discover / check / estimate), ``estimators`` (one module per
-estimator, equations in its docstring, semantics in ALGORITHMS.md), the shared numerics
-``normalize`` (grouped statistics), ``_prep`` (canonical row order), ``_graph`` (successors,
-graph diagnostics) and ``_rowwise`` (helpers of the per-row oracles), ``losses`` (torch),
-``synthetic`` (random batches and inputs) and ``bench`` (``g2po bench advantages``). Quick use::
+estimator, equations and sources in its docstring, shown on docs/estimators/), the shared
+numerics ``normalize`` (grouped statistics), ``_prep`` (canonical row order), ``_graph``
+(successors, graph diagnostics) and ``_rowwise`` (helpers of the per-row oracles), ``losses``
+(torch), ``synthetic`` (random batches and inputs) and ``bench`` (``g2po bench advantages``).
+Quick use::
 
     from g2po_bench.algorithms import estimate
     result = estimate("g2po", batch, mode="mean_norm", step_weight=0.8)

@@ -2,8 +2,8 @@
 
 Rows are in canonical order (see :mod:`g2po_bench.algorithms._prep`). A *node* is a dense id in
 ``0..num_nodes-1``; the two terminal nodes get the ids ``num_nodes`` (terminal success) and
-``num_nodes + 1`` (terminal failure, truncation at the step limit included), ALGORITHMS.md
-"G2PO" step 3.
+``num_nodes + 1`` (terminal failure, truncation at the step limit included), as in
+the G2PO reference code (Nala-YN/G2PO ``g2po/core_g2po.py``; succ(i) of docs/estimators/g2po.md).
 """
 
 from __future__ import annotations

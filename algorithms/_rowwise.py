@@ -2,8 +2,9 @@
 
 Each estimator module may register an ``oracle`` beside its vectorized function (the test
 oracle of ``tests/test_advantage_properties.py`` and the baseline of ``g2po bench
-advantages``). The oracles are written as literally as possible from ALGORITHMS.md with Python
-loops, lists and dicts, and independently of the vectorized code: they share nothing with
+advantages``). The oracles are written as literally as possible from the equations of each
+estimator's module docstring (its paper and reference code) with Python loops, lists and dicts, and
+independently of the vectorized code: they share nothing with
 :mod:`g2po_bench.algorithms.normalize` or :mod:`g2po_bench.algorithms._prep`, only these helpers.
 They are slow (O(B) Python work per reference set, dict look-ups everywhere): correctness, not
 training.
@@ -13,8 +14,9 @@ Conventions shared with the fast path by *specification* (not by code):
 - "normalize" a value x against a reference list L: n = len(L); if n < 2 the result is 0
   ("zero" singleton rule: node, step and edge terms) or (x - 0) / (1 + eps), resp. x - 0
   ("unit" rule: the GRPO episode term of a one-member task group, mean 0 std 1). If the
-  unbiased std of L is <= 1e-12 * (1 + |mean|) ("all members equal", ALGORITHMS.md
-  "Degenerate cases") the result is exactly 0. Else (x - mean) / (std + eps) or x - mean.
+  unbiased std of L is <= 1e-12 * (1 + |mean|) ("all members equal": docs/design-notes.md
+  "The StepBatch", degenerate reference sets) the result is exactly 0. Else
+  (x - mean) / (std + eps) or x - mean.
 - A trajectory's rows are visited in step order; "canonical order" inside a task group is by
   (traj_id, step).
 """
@@ -73,7 +75,8 @@ def step_returns(trajs: dict[int, list[dict[str, Any]]], gamma: float, p: float)
     """Set ``row["G"]`` on every row of :func:`trajectories_of`: the discounted step return
     G_t = r_t + gamma G_{t+1} (0 after the last step), computed backwards along the trajectory,
     less the invalid-action penalty ``p`` on invalid rows only (the penalty does not propagate
-    to earlier steps): ALGORITHMS.md "GiGPO" and "HGPO"."""
+    to earlier steps): GiGPO Eq. 5 (arXiv 2505.10978; verl-agent
+    ``compute_step_discounted_returns``) and HGPO (arXiv 2602.22817)."""
     for tr in trajs.values():
         running = 0.0
         for row in reversed(tr):
@@ -128,7 +131,8 @@ def normalize(x: float, st: tuple[int, float, float], mode: str, eps: float,
 
 
 def episode_term(rows, mode, p, episode_stat, eps) -> dict[int, float]:
-    """ALGORITHMS.md "GRPO": A_EP(i) per row index (rows need ``R`` from :func:`trajectories_of`)."""
+    """The GRPO episode term A_EP(i) per row index (GiGPO Eq. 3, arXiv 2505.10978; rows need
+    ``R`` from :func:`trajectories_of`)."""
     ref: dict[int, list[float]] = defaultdict(list)
     for row in rows:
         row["s"] = row["R"] - (p if row["invalid"] else 0.0)

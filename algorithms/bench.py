@@ -1,8 +1,10 @@
 """Advantage-estimator benchmark: every registered estimator, next to its per-row oracle.
 
-Source: ALGORITHMS.md "Training loop facts" (the reference batch: 16 task groups x 8 rollouts,
-ALFWorld's 50-step limit; the reference G2PO advantage step costs about 1 s per iteration in
-pure-Python loops). Run::
+Source: the reference batch (16 task groups x 8 rollouts, ALFWorld's 50-step limit: verl-agent
+``examples/gigpo_trainer/run_alfworld.sh``) and the G2PO paper's compute per training step
+(arXiv 2606.22995: the reference advantage step costs about 1 s per iteration, in pure-Python
+loops; ``results/reference/other_published.csv``); docs/design-notes.md "Training-loop facts".
+Run::
 
     python -m g2po_bench.algorithms.bench                      # reference batch, 1e5 and 1e6 rows
     python -m g2po_bench.algorithms.bench --sizes reference 100000 --repeats 5 --json out.json

@@ -1,8 +1,10 @@
 """Policy-gradient losses (PyTorch): clipped PPO surrogate, KL estimators, entropy, value loss.
 
-Source: ALGORITHMS.md "G2PO" step 8 (the step's scalar advantage is given to every response
-token of the step; clipped PPO loss per step) and "Training loop facts" (clip 0.2, KL loss
-coefficient 0.01 with the low-variance k3 estimator, entropy 0.001); PPO (Schulman et al.,
+Source: the reference code (the step's scalar advantage is given to every response token of the
+step, tiled over the response mask in verl-agent's ``gigpo/core_gigpo.py``; clipped PPO loss per
+step) and its settings (clip 0.2, KL loss coefficient 0.01 with the low-variance k3 estimator,
+entropy 0.001: verl-agent's ``examples/gigpo_trainer/run_*.sh`` and verl's ``ppo_trainer.yaml``;
+docs/design-notes.md "Training-loop facts"); PPO (Schulman et al.,
 2017, arXiv 1707.06347, Eq. 7); KL estimators k1/k2/k3 (J. Schulman, "Approximating KL
 divergence", 2020), as in verl's ``kl_penalty`` / ``compute_policy_loss`` / ``agg_loss``
 ("token-mean").
@@ -55,7 +57,9 @@ def _check_same_shape(**tensors: torch.Tensor) -> None:
 
 
 def broadcast_step_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Give every response token of a step its step's scalar advantage (ALGORITHMS.md G2PO 8).
+    """Give every response token of a step its step's scalar advantage (as the reference tiles it
+    over the response mask: verl-agent ``gigpo/core_gigpo.py``; docs/design-notes.md "The
+    StepBatch").
 
     Args:
         advantages: (B,) or (B, L) float.
@@ -376,7 +380,7 @@ def ppo_step_loss(
     num_tokens: int | None = None,
 ) -> dict[str, Any]:
     """The actor objective of the reference runs for one micro-batch of step samples
-    (ALGORITHMS.md "Training loop facts": clip 0.2, KL loss 0.01 with k3, entropy 0.001;
+    (clip 0.2, KL loss 0.01 with k3, entropy 0.001: docs/design-notes.md "Training-loop facts";
     verl ``dp_actor.update_policy``)::
 
         per_token = surrogate (dual clip, :func:`clipped_surrogate`)

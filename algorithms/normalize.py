@@ -1,7 +1,8 @@
 """Grouped ("segmented") statistics and normalization shared by the advantage estimators.
 
-Source: ALGORITHMS.md "Notation": every standard deviation is the unbiased (n-1) one, as in
-the reference code; eps = 1e-6; "normalize" means ``mean_std_norm``::
+Source: the reference code (verl-agent ``gigpo/core_gigpo.py``: ``episode_norm_reward``,
+``step_norm_reward``; docs/design-notes.md "The StepBatch"): every standard deviation is the
+unbiased (n-1) one (``torch.std``); eps = 1e-6; "normalize" means ``mean_std_norm``::
 
     norm(x_i) = (x_i - mean_S) / (std_S + eps)
 
@@ -17,7 +18,7 @@ computed from one array (e.g. the step-0 rows of each trajectory, or the distinc
 of a node) and applied to another (every row): see :func:`segment_stats` and
 :func:`apply_normalization`.
 
-Degenerate reference sets (ALGORITHMS.md "Degenerate cases"):
+Degenerate reference sets (docs/design-notes.md "The StepBatch"):
 
 - a set whose members are all equal gives exactly 0. "All equal" is decided with a tiny
   tolerance, ``std <= DEGENERATE_RTOL * (1 + |mean|)``, so values that are equal in exact
@@ -53,7 +54,7 @@ __all__ = [
 ]
 
 EPS = 1e-6
-"""The eps of ``mean_std_norm`` (ALGORITHMS.md "Notation")."""
+"""The eps of ``mean_std_norm`` (``epsilon=1e-6`` in verl-agent's ``gigpo/core_gigpo.py``)."""
 
 DEGENERATE_RTOL = 1e-12
 """A reference set counts as "all equal" when ``std <= DEGENERATE_RTOL * (1 + |mean|)``."""

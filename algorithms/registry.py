@@ -1,7 +1,8 @@
 """The advantage-estimator registry (modelled on verl's ``register_adv_est``).
 
 An advantage estimator is a pure, vectorized function of a :class:`~g2po_bench.core.batch.StepBatch`
-that returns one scalar advantage per step row (DESIGN.md "algorithms/"). Its registration
+that returns one scalar advantage per step row (docs/design-notes.md "Data flow"). Its
+registration
 carries everything the rest of the suite needs, so adding an estimator is one new file
 (``docs/extending.md``):
 
@@ -38,9 +39,10 @@ Public API
 
 Common options
 --------------
-Every estimator accepts the five options the trainer always passes (ALGORITHMS.md; the
-reference values are the defaults): ``mode`` ("mean_std_norm" | "mean_norm"), ``gamma`` (0.95),
-``step_weight`` (1.0; G2PO's w, GiGPO's omega), ``invalid_penalty`` (0.1) and
+Every estimator accepts the five options the trainer always passes (the reference values are the
+defaults: verl-agent's ``examples/gigpo_trainer/run_alfworld.sh`` and the papers' success reward of
+10; docs/design-notes.md "Training-loop facts"): ``mode`` ("mean_std_norm" | "mean_norm"),
+``gamma`` (0.95), ``step_weight`` (1.0; G2PO's w, GiGPO's omega), ``invalid_penalty`` (0.1) and
 ``success_reward`` (10.0). An estimator that does not use one of them simply ignores it (its
 function is called only with the options its signature names). Any other option name must be
 declared by the estimator, else :func:`check_options` raises.
@@ -125,7 +127,8 @@ class AdvantageResult:
     """What an estimator returns.
 
     - ``advantages``: (B,) float64, one scalar advantage per step row, in the batch's row order
-      (it is given to every response token of the step; ALGORITHMS.md G2PO step 8).
+      (it is given to every response token of the step, as
+      verl-agent's ``gigpo/core_gigpo.py`` tiles it; docs/design-notes.md "The StepBatch").
     - ``returns``: (B,) float64 value-function targets (critic estimators), or None.
     - ``diagnostics``: scalar floats for logging (``adv_mean``, ``adv_std`` always; graph
       estimators add ``singleton_frac``, ``node_size_mean``, ...).
@@ -165,7 +168,8 @@ COMMON_OPTIONS: dict[str, Any] = {
     "invalid_penalty": 0.1,
     "success_reward": 10.0,
 }
-"""The options every estimator accepts, with the reference defaults (ALGORITHMS.md)."""
+"""The options every estimator accepts, with the reference defaults (verl-agent's
+``examples/gigpo_trainer/run_alfworld.sh``; docs/design-notes.md "Training-loop facts")."""
 
 _COMMON_CHOICES: dict[str, tuple] = {"mode": ("mean_std_norm", "mean_norm")}
 _COMMON_VALIDATORS: dict[str, Callable[[Any], str | None]] = {
@@ -262,8 +266,8 @@ class EstimatorSpec:
     check: Callable[[dict[str, Any]], str | None] | None
     description: str
     accepted: frozenset[str] | None  # option and input names the function takes (None: **kwargs)
-    # the estimator's reference state-key rule (ALGORITHMS.md "State keys"): "reference" (the
-    # environment's reference key, G2PO's) or "raw" (the raw observation, GiGPO's); the run
+    # the estimator's reference state-key rule (docs/design-notes.md "State keys"): "reference"
+    # (the environment's reference key, G2PO's) or "raw" (the raw observation, GiGPO's); the run
     # config's env.state_key=auto resolves to it
     state_key: str = "reference"
     label: str | Callable[[Mapping[str, Any]], str] = ""

@@ -1,7 +1,7 @@
 """Synthetic step batches for tests and the advantage benchmark.
 
-The generator imitates the statistics of an ALFWorld-style rollout batch (ALGORITHMS.md
-"Training loop facts"): G task groups of N rollouts, each a walk over a small per-task state
+The generator imitates the statistics of an ALFWorld-style rollout batch (docs/design-notes.md
+"Training-loop facts"): G task groups of N rollouts, each a walk over a small per-task state
 space that starts in the task's initial state, with revisits, self-loops ("Nothing happens"),
 invalid actions, successes that end early with reward ``success_reward`` on the last step and
 failures that mostly run to the step limit (truncation). Vectorized: generating 10^6 rows
@@ -116,7 +116,8 @@ def random_step_batch(
 
 def reference_batch(rng: np.random.Generator, **kwargs) -> StepBatch:
     """The reference batch of the papers: 16 task groups x 8 rollouts x up to 50 steps
-    (ALFWorld settings; ALGORITHMS.md "Training loop facts"). kwargs go to random_step_batch."""
+    (ALFWorld settings of verl-agent's ``run_alfworld.sh``;
+    docs/design-notes.md "Training-loop facts"). kwargs go to random_step_batch."""
     params = dict(num_groups=16, group_size=8, max_steps=50)
     params.update(kwargs)
     return random_step_batch(rng, **params)

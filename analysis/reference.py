@@ -1,11 +1,11 @@
 """The published numbers of the G2PO and GiGPO papers, as machine-readable tables.
 
-Source: ``../shared/reference/PAPER_RESULTS.md`` (G2PO, arXiv 2606.22995, Tables 1 and 2;
-GiGPO, arXiv 2505.10978, Table 1; the other published figures) and ``../shared/ALGORITHMS.md``
-"Newer step-level estimators (2026)" (the CRBC paper, arXiv 2609.35082: its comparison of
-GRPO, GiGPO, GraphGPO, HGPO and CRBC and its CRBC ablations). The CSV files in this folder
-live in ``results/reference/`` and are shipped as the data package ``g2po_bench.published`` (``setup.py``); :func:`load_reference` reads
-them all into one long table.
+Source: transcriptions of the papers' tables (G2PO, arXiv 2606.22995, Tables 1 and 2; GiGPO,
+arXiv 2505.10978, Table 1; the other published figures; the CRBC paper, arXiv 2609.35082: its
+comparison of GRPO, GiGPO, GraphGPO, HGPO and CRBC and its CRBC ablations), one row per cell, each
+naming its table, row and column. The CSV files live in ``results/reference/`` and are shipped as
+the data package ``g2po_bench.published`` (``setup.py``); :func:`load_reference` reads them all into
+one long table.
 
 Files:
 

@@ -1,14 +1,14 @@
 """One task group's state-transition graph, rebuilt from a recorded step table (networkx).
 
-Source: ALGORITHMS.md "G2PO (group graph)" steps 1-3 (the G2PO paper, arXiv 2606.22995): inside
-one task group, rows with the same ``state_key`` are one node (visits; repeated visits count
-again), and every row is an edge from its node to its successor: the node of the next row of
-the same trajectory, or for the last row a terminal node, ``SUCCESS`` (value
-``success_reward``) or ``FAILURE`` (value 0; truncation at the step limit included). This is
-the graph G2PO's ``edges_per_group`` counts, so the numbers here equal the estimator's own
-diagnostics for the group (tests/test_state_graph.py checks it). With the ablation
-``graph_scope="batch"`` a node's recorded value averages visits from every group of the batch
-while the drawing counts only this group's visits.
+Source: the G2PO graph (arXiv 2606.22995; reference code Nala-YN/G2PO ``g2po/core_g2po.py``; the
+nodes and succ(i) of docs/estimators/g2po.md): inside one task group, rows with the same
+``state_key`` are one node (visits; repeated visits count again), and every row is an edge from its
+node to its successor: the node of the next row of the same trajectory, or for the last row a
+terminal node, ``SUCCESS`` (value ``success_reward``) or ``FAILURE`` (value 0; truncation at the
+step limit included). This is the graph G2PO's ``edges_per_group`` counts, so the numbers here
+equal the estimator's own diagnostics for the group (tests/test_state_graph.py checks it). With the
+ablation ``graph_scope="batch"`` a node's recorded value averages visits from every group of the
+batch while the drawing counts only this group's visits.
 
 :func:`build_group_graph` returns a :class:`networkx.DiGraph` whose
 

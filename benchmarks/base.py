@@ -1,6 +1,6 @@
 """The Benchmark protocol: everything the suite needs from one benchmark, behind one object.
 
-DESIGN.md "The shape": one subpackage per environment behind one small protocol. An
+One subpackage per environment behind one small protocol (docs/design-notes.md "Data flow"). An
 environment (:class:`g2po_bench.core.protocol.Environment`) plays one episode; a
 :class:`Benchmark` is the family around it: where its tasks come from, how an environment is
 built, how a prompt is written and a response parsed, what an expert would do, and how its own

@@ -2,8 +2,9 @@
 
 The panel is chosen once from the (sorted) evaluation split, round-robin across task types so
 every type is represented, and is the same for every run with the same settings, which makes
-runs comparable cell by cell (ALGORITHMS.md "Training loop facts": validation temperature
-0.4). The result is the EVAL record of ``g2po_bench/core/rundir.py``.
+runs comparable cell by cell (validation temperature 0.4, as verl-agent's
+``examples/gigpo_trainer/run_alfworld.sh`` and ``run_webshop.sh`` set it; docs/design-notes.md
+"Training-loop facts"). The result is the EVAL record of ``g2po_bench/core/rundir.py``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Parsing of model responses in the ``<think>...</think><action>...</action>`` format.
 
-Source: the G2PO/verl-agent prompt protocol (ALGORITHMS.md "Training loop facts") and the
+Source: the G2PO/verl-agent prompt protocol (docs/design-notes.md "Training-loop facts") and the
 reference *projections* that turn a response into the text sent to the environment
 (verl-agent ``agent_system/environments/env_package/<env>/projection.py``:
 ``alfworld_projection``, ``webshop_projection``, ``appworld_projection``). An invalid

@@ -1,7 +1,7 @@
 """The policy interface used by training rollouts, evaluation and the prompting baselines.
 
-DESIGN.md: a policy is reached through one small interface (generate a batch of responses
-with their tokens) with implementations for local transformers
+A policy is reached through one small interface (generate a batch of responses with their
+tokens; docs/design-notes.md "Data flow") with implementations for local transformers
 (:mod:`g2po_bench.algorithms.backends.local.policy`), vLLM and OpenAI-compatible endpoints. The rollout
 engine depends only on this protocol.
 """

@@ -1,7 +1,7 @@
 """The multi-turn rollout engine: groups of N rollouts per task, emitted as a StepBatch.
 
-For each of G tasks, N environments start the same task (a *task group*, ALGORITHMS.md
-"Notation") and are played in lock-step: at every step the prompts of all active
+For each of G tasks, N environments start the same task (a *task group*, docs/design-notes.md
+"The StepBatch") and are played in lock-step: at every step the prompts of all active
 environments are generated in one batch by the policy, parsed
 (:func:`g2po_bench.benchmarks.parsing.parse_response`), and stepped in parallel worker processes
 (:class:`g2po_bench.benchmarks.workers.EnvPool`). An episode ends on success, on the environment's own

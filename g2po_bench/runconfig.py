@@ -4,8 +4,8 @@
 YAML file < ``key=value`` overrides (:func:`g2po_bench.core.config.parse_config`), then runs the
 checks of the benchmark (:meth:`~g2po_bench.benchmarks.base.Benchmark.validate_config`) and of the
 estimator (:func:`g2po_bench.algorithms.registry.check_options`) and resolves the ``auto``
-settings, all before any work starts (DESIGN.md "Rules of the house": a broken config fails
-before any work starts). Presets live in the benchmarks' own ``presets/`` folders
+settings, all before any work starts (docs/design-notes.md "Rules of the house": a broken config
+fails before any work starts). Presets live in the benchmarks' own ``presets/`` folders
 (:func:`g2po_bench.benchmarks.registry.preset_files`).
 """
 
@@ -102,8 +102,8 @@ def check_run_config(cfg: RunConfig) -> None:
 
 
 def resolve_state_key(cfg: RunConfig) -> str:
-    """Replace ``env.state_key=auto`` by the estimator's reference rule (ALGORITHMS.md "State
-    keys": GiGPO groups by the raw observation, G2PO by its reference key; the registry's
+    """Replace ``env.state_key=auto`` by the estimator's reference rule (docs/design-notes.md
+    "State keys": GiGPO groups by the raw observation, G2PO by its reference key; the registry's
     ``state_key`` of each estimator); an explicit ``reference`` or ``raw`` is kept.
 
     Returns:

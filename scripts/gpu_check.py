@@ -120,7 +120,7 @@ def build_model(out: Path, *, tiny: bool, device: str, tokenizer_vocab: int, see
     model.to(torch.bfloat16).save_pretrained(out)
     tok.save_pretrained(out)
     # the project's tokenizer marker: load with PreTrainedTokenizerFast (AutoTokenizer would swap
-    # the pre-tokenizer for a Qwen2 config, ENVIRONMENTS.md)
+    # the pre-tokenizer for a Qwen2 config; see algorithms/backends/local/model.py)
     (out / "g2po_tiny.json").write_text(json.dumps({"built_by": "scripts/gpu_check.py", "seed": seed}))
     n = sum(p.numel() for p in model.parameters())
     del model

@@ -1,10 +1,10 @@
 """Property tests of the advantage estimators (hypothesis) and fast path == per-row oracle.
 
-Properties (ALGORITHMS.md semantics): the row order and the labels of groups, trajectories and
-state keys do not matter; w = 0 turns G2PO into GRPO; GiGPO without repeated states is GRPO;
-no NaN/inf for any input (one-row groups, constant rewards included); the vectorized estimators
-equal the per-row oracle registered beside each estimator to 1e-9 for every estimator and every ablation
-setting.
+Properties (of the equations in each estimator's module docstring): the row order and the labels of
+groups, trajectories and state keys do not matter; w = 0 turns G2PO into GRPO; GiGPO without
+repeated states is GRPO; no NaN/inf for any input (one-row groups, constant rewards included); the
+vectorized estimators equal the per-row oracle registered beside each estimator to 1e-9 for every
+estimator and every ablation setting.
 """
 
 from __future__ import annotations

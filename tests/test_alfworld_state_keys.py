@@ -1,5 +1,5 @@
-"""ALFWorld state keys (ALGORITHMS.md "State keys") on observations recorded from the real engine
-(valid_seen pick_heat_then_place_in_recep-Apple-None-DiningTable-26 and look/clean/cool games)."""
+"""ALFWorld state keys (docs/design-notes.md "State keys") on observations recorded from the real
+engine (valid_seen pick_heat_then_place_in_recep-Apple-None-DiningTable-26 and look/clean/cool games)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""StepBatch validation and helpers (algorithms/batch.py; ALGORITHMS.md "Notation")."""
+"""StepBatch validation and helpers (g2po_bench/core/batch.py; docs/design-notes.md "The
+StepBatch")."""
 
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ def test_run_id_is_a_function_of_the_config():
 
 
 def test_state_key_defaults_to_each_estimators_reference_key():
-    """ALGORITHMS.md "State keys": GiGPO groups by the raw observation, G2PO by its
+    """docs/design-notes.md "State keys": GiGPO groups by the raw observation, G2PO by its
     reference key; env.state_key=auto (the default) resolves per estimator and the resolved
     config records it; an explicit key overrides (an ablation may cross them)."""
     from g2po_bench.core.config import EnvConfig, config_to_yaml

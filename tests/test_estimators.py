@@ -1,4 +1,5 @@
-"""Hand-computed values of every estimator on small graphs (ALGORITHMS.md semantics).
+"""Hand-computed values of every estimator on small graphs (the equations of each estimator's
+module docstring).
 
 Every expected number is derived by hand in the comments (numpy is used only as a calculator
 for the final arithmetic, never the implementation). Most tests use gamma = 0.5 and

@@ -124,7 +124,8 @@ def test_gigpo_rows_match_paper_results_md(ref):
 
 
 def test_crbc_paper_numbers(ref):
-    """ALGORITHMS.md "CRBC": the paper's comparison (ALFWorld All, WebShop; 1.5B) and ablations."""
+    """The CRBC paper (arXiv 2609.35082): its comparison (ALFWorld All, WebShop; 1.5B) and
+    ablations."""
     comp = ref[ref["table"] == "CRBC comparison"]
     alf = comp[comp["metric"] == "success_all"].set_index("method")["mean"].to_dict()
     assert alf == {"GRPO": 77.73, "GiGPO": 89.32, "GraphGPO": 90.10, "HGPO": 90.50, "CRBC": 96.09}

@@ -1,5 +1,5 @@
 """Hand-computed values of the 2026 step-level estimators: CRBC, HGPO, GraphGPO, EMPG
-(ALGORITHMS.md "Newer step-level estimators (2026)").
+(arXiv 2609.35082, 2602.22817, 2605.26684, 2509.09265; docs/estimators/).
 
 Every expected number is derived by hand in the comments; numpy only evaluates the final
 arithmetic (sqrt, exp), never the implementation. ``mode="mean_norm"`` keeps the episode term

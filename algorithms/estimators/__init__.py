@@ -6,5 +6,6 @@ estimator, and importing a module registers its estimators. A new estimator is o
 here (``docs/extending.md``); modules whose name starts with ``_`` are skipped.
 
 Each module reads top to bottom: its equations and source in the docstring, its options, the
-vectorized estimator, and where there is one its per-row oracle (ALGORITHMS.md semantics).
+vectorized estimator, and where there is one its per-row oracle (the same equations written with
+Python loops).
 """

@@ -1,8 +1,8 @@
 """CRBC: cross-rollout Bellman closure (critic-free, step-level credit from the group's own MDP).
 
-Source: ALGORITHMS.md "CRBC: cross-rollout Bellman closure" (arXiv 2609.35082, the method
-section and its ablations of the closure depth K, beta and (w_G, w_S); no public code was
-found, so this follows the paper's definitions as ALGORITHMS.md states them).
+Source: the CRBC paper (arXiv 2609.35082: the method section and its ablations of the closure
+depth K, beta and (w_G, w_S)); no public code was found, so this follows the paper's
+definitions.
 
 Per task group g (nothing is shared across task groups). Anchors s are the rows' state keys
 (the environment's state, prompt history left out); the action a of a row is its executed
@@ -86,7 +86,7 @@ def _closure_depth(value: Any) -> str | None:
 
 
 def closure_values(node: np.ndarray, succ: np.ndarray, num_nodes: int, beta: float) -> np.ndarray:
-    """Solve (I - beta M) V = b for every anchor at once (ALGORITHMS.md CRBC steps 2-3).
+    """Solve (I - beta M) V = b for every anchor at once (steps 2-3 above; arXiv 2609.35082).
 
     Args:
         node: (B,) int64 anchor of every row (dense, anchors of different task groups distinct).

@@ -1,7 +1,7 @@
 """EMPG: entropy-modulated policy gradients on top of GRPO.
 
-Source: ALGORITHMS.md "EMPG: entropy-modulated policy gradients" (arXiv 2509.09265, ICLR 2026;
-the authors' pseudocode, as ALGORITHMS.md states it).
+Source: EMPG, entropy-modulated policy gradients (arXiv 2509.09265, ICLR 2026; the authors'
+pseudocode).
 
 With H_{i,t} the mean token entropy of step t's response under the sampling policy (the
 registry input ``entropies``, recorded by the local sampler) and A_i the base trajectory

@@ -1,9 +1,9 @@
 """G2PO: group-graph policy optimization (critic-free, step-level credit from a state graph).
 
-Source: ALGORITHMS.md "G2PO (group graph)" -- the reference-code semantics of the G2PO paper
-(arXiv 2606.22995) as implemented in its public code (Nala-YN/G2PO ``g2po/core_g2po.py``:
-``compute_group_aggregation_values``, ``compute_step_level_advantage``, ``episode_norm_reward``),
-and the paper's ablation axes as options.
+Source: the reference-code semantics of the G2PO paper (arXiv 2606.22995) as implemented in its
+public code (Nala-YN/G2PO ``g2po/core_g2po.py``: ``compute_group_aggregation_values``,
+``compute_step_level_advantage``, ``episode_norm_reward``), and the paper's ablation axes as
+options.
 
 Reference semantics (the defaults), per task group g (nothing shared across task groups)::
 
@@ -59,7 +59,7 @@ Ablation options (each changes one equation above):
   takes one value per trajectory).
 - ``step_weight`` (w, 1.0): the paper sweeps w in {0, 0.2, ..., 1.2}.
 
-Interpretations of ALGORITHMS.md / the reference code made here:
+Interpretations of the paper / the reference code made here:
 
 - The terminal node of a final row is chosen by the trajectory's ``success`` flag (the
   reference tests ``episode_reward == 10``; identical in the reference setting).

@@ -1,9 +1,8 @@
 """GiGPO: group-in-group policy optimization with anchor-state step groups (critic-free).
 
-Source: ALGORITHMS.md "GiGPO (anchor-state grouping)"; GiGPO paper (Feng et al., 2025,
-arXiv 2505.10978, Eqs. 3 and 5-8) and its reference code (langfengQ/verl-agent
-``gigpo/core_gigpo.py``: ``compute_step_discounted_returns``, ``build_step_group``,
-``step_norm_reward``, ``episode_norm_reward``).
+Source: GiGPO paper (Feng et al., 2025, arXiv 2505.10978, Eqs. 3 and 5-8) and its reference code
+(langfengQ/verl-agent ``gigpo/core_gigpo.py``: ``compute_step_discounted_returns``,
+``build_step_group``, ``step_norm_reward``, ``episode_norm_reward``).
 
 Equations::
 

@@ -1,7 +1,7 @@
 """GraphGPO: distance to the goal on the group graph (critic-free, step-level credit).
 
-Source: ALGORITHMS.md "GraphGPO: distance-to-goal on the group graph" (arXiv 2605.26684,
-ICML 2026; the semantics of its public recipe code, as ALGORITHMS.md states them).
+Source: GraphGPO, distance-to-goal on the group graph (arXiv 2605.26684, ICML 2026; the
+semantics of the authors' public recipe code).
 
 Per task group g: a directed multigraph with one edge anchor(i) -> next(i) per row, where
 next(i) is the anchor of the next row of the trajectory; the final row of a successful
@@ -72,7 +72,8 @@ DISTANCES = ("absolute", "relative")
 
 def goal_distances(node: np.ndarray, succ: np.ndarray, node_group: np.ndarray, num_groups: int,
                    num_nodes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Hop distance of every node to its group's success sentinel (ALGORITHMS.md GraphGPO).
+    """Hop distance of every node to its group's success sentinel (the module docstring;
+    arXiv 2605.26684).
 
     Args:
         node: (B,) int64 anchor node of every row (nodes of different groups distinct).

@@ -1,9 +1,9 @@
 """GRPO: the episode-level group baseline (critic-free).
 
-Source: ALGORITHMS.md "GRPO (episode-level group baseline)"; GRPO (Shao et al., 2024,
-arXiv 2402.03300) as used for multi-turn agents in verl-agent (``compute_grpo_outcome_advantage``
-and GiGPO's ``episode_norm_reward`` with ``compute_mean_std_cross_steps=True``) and as the
-episode term A_EP of GiGPO (arXiv 2505.10978, Eq. 3) and G2PO (arXiv 2606.22995).
+Source: GRPO (Shao et al., 2024, arXiv 2402.03300) as used for multi-turn agents in verl-agent
+(``compute_grpo_outcome_advantage`` and GiGPO's ``episode_norm_reward`` with
+``compute_mean_std_cross_steps=True``) and as the episode term A_EP of GiGPO
+(arXiv 2505.10978, Eq. 3) and G2PO (arXiv 2606.22995).
 
 Equations (per task group g, i.e. the N rollouts of one task instance)::
 
@@ -54,7 +54,8 @@ def episode_advantage(
     episode_stat: str = "steps",
     eps: float = EPS,
 ) -> np.ndarray:
-    """The episode term A_EP of every row, in canonical order (ALGORITHMS.md "GRPO").
+    """The episode term A_EP of every row, in canonical order (the module docstring; GiGPO
+    Eq. 3, arXiv 2505.10978).
 
     Args:
         prep: the prepared batch (:func:`g2po_bench.algorithms._prep.prepare`).

@@ -1,7 +1,7 @@
 """HGPO: hierarchical history groups (critic-free, step-level credit from shared histories).
 
-Source: ALGORITHMS.md "HGPO: hierarchical history groups" (arXiv 2602.22817, ICLR 2026; the
-semantics of its public recipe code, as ALGORITHMS.md states them).
+Source: HGPO, hierarchical history groups (arXiv 2602.22817, ICLR 2026; the semantics of the
+authors' public recipe code).
 
 Per task group g (visits and trajectories pooled inside the group)::
 

@@ -1,7 +1,7 @@
 """PPO with a critic: advantages from a value model V_phi(s_t) (one value per step).
 
-Source: ALGORITHMS.md "PPO (critic)"; Schulman et al., 2017 (PPO, arXiv 1707.06347) and
-2016 (GAE, arXiv 1506.02438); the verl-agent PPO baseline (verl ``compute_gae_advantage_return``).
+Source: Schulman et al., 2017 (PPO, arXiv 1707.06347) and 2016 (GAE, arXiv 1506.02438); the
+verl-agent PPO baseline (verl ``compute_gae_advantage_return``).
 
 The critic values are an input (the registry input ``values``: (B,) float64, V(s_t) of each
 step row in the batch's row order; declaring it makes the trainers train a critic); this

@@ -1,15 +1,15 @@
 """RLOO: REINFORCE with a leave-one-out baseline (critic-free).
 
-Source: ALGORITHMS.md "RLOO"; Ahmadian et al., 2024 (arXiv 2402.14740); Kool et al., 2019
-("Buy 4 REINFORCE samples, get a baseline for free!"). Multi-turn use as in verl-agent.
+Source: Ahmadian et al., 2024 (arXiv 2402.14740); Kool et al., 2019 ("Buy 4 REINFORCE samples, get
+a baseline for free!"). Multi-turn use as in verl-agent.
 
 Equations (task group g with trajectories tau_1..tau_N)::
 
     b(tau)   = 1/(N-1) * sum_{tau' in g, tau' != tau} R_tau'     (leave-one-out baseline)
     A(i)     = s_i - b(tau(i)),   s_i = R_tau(i) - p * [invalid_i]
 
-broadcast to every step row i of tau (``episode_stat="trajectories"``, the default, as
-ALGORITHMS.md states it). R_tau is the sum of the trajectory's rewards.
+broadcast to every step row i of tau (``episode_stat="trajectories"``, the default: the
+leave-one-out baseline over the N trajectories). R_tau is the sum of the trajectory's rewards.
 
 Penalty choice: the score of the row itself carries the invalid-action penalty, exactly as
 in verl-agent, whose RLOO (``compute_rloo_outcome_advantage``) reads the token-level rewards

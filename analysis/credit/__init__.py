@@ -1,6 +1,6 @@
 """Credit-assignment accuracy: every estimator's step advantages against a ground truth.
 
-The method (ALGORITHMS.md "Credit-assignment accuracy: ground truth by Monte Carlo"). With a
+The method (docs/credit.md; docs/design-notes.md "Credit-assignment ground truth"). With a
 fixed policy pi and a deterministic environment (replaying an action prefix reproduces the
 state: ALFWorld, WebShop, the toy corridor), the true advantage of a sampled step is
 

@@ -1,8 +1,10 @@
 """Monte-Carlo ground truth of step advantages from continuations of the same policy.
 
-Source: ALGORITHMS.md "Credit-assignment accuracy: ground truth by Monte Carlo". With a fixed
-policy pi and a deterministic environment, the state after an action prefix is reproducible,
-so for a sampled step row i (trajectory tau, step t, action a_t, history h_t):
+Source: the suite's method (docs/credit.md; docs/design-notes.md "Credit-assignment ground truth"),
+with Monte-Carlo values from continuations of the policy as in VinePPO (Kazemnejad et al., 2024,
+arXiv 2410.01679). With a fixed policy pi and a deterministic environment, the state after an
+action prefix is reproducible, so for a sampled step row i (trajectory tau, step t, action a_t,
+history h_t):
 
 - ``V(h) = P(success | h, then pi)``, estimated by the mean outcome of K continuations of pi
   started from the replayed prefix h (the step limit counts from the episode's start);

@@ -1,8 +1,9 @@
 """How well an estimator's step advantages match the ground truth, with CIs over task groups.
 
-Source: ALGORITHMS.md "Credit-assignment accuracy: ground truth by Monte Carlo". For each
-scored row set (an estimator variant, :mod:`g2po_bench.analysis.credit.variants`) and a target
-(A*, its pooled or its discounted form, :mod:`g2po_bench.analysis.credit.groundtruth`):
+Source: the suite's method (docs/credit.md; docs/design-notes.md "Credit-assignment ground truth");
+split-half reliability by the Spearman-Brown formula. For each scored row set (an estimator
+variant, :mod:`g2po_bench.analysis.credit.variants`) and a target (A*, its pooled or its discounted
+form, :mod:`g2po_bench.analysis.credit.groundtruth`):
 
 - **within-group correlations**: in every task group, the Spearman (average ranks for ties)
   and Pearson correlation between the advantages A and the target over the group's step rows,

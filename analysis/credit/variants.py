@@ -1,12 +1,13 @@
 """Which estimators the credit instrument scores, and the one place it calls them.
 
 :data:`VARIANTS` is data, a table of (name, estimator, options, state-key rule): the registered
-estimators at their reference defaults and the ablation axes of ALGORITHMS.md (G2PO's
-aggregation, components ladder, edge standardization scope, node reference set, graph scope,
-normalization mode and w in {0, 0.2, ..., 1.2}; GiGPO with and without the std, on both state
-keys; GRPO's two episode statistics; RLOO; PPO's two conventions when the policy comes with a
-critic). :func:`study_variants` adds a default row for every registered estimator the table
-does not name, so an estimator registered later is scored without editing this file.
+estimators at their reference defaults and the ablation axes of the G2PO paper (arXiv 2606.22995;
+docs/estimators/g2po.md: G2PO's aggregation, components ladder, edge standardization scope, node
+reference set, graph scope, normalization mode and w in {0, 0.2, ..., 1.2}; GiGPO with and without
+the std, on both state keys; GRPO's two episode statistics; RLOO; PPO's two conventions when the
+policy comes with a critic). :func:`study_variants` adds a default row for every registered
+estimator the table does not name, so an estimator registered later is scored without editing this
+file.
 
 :func:`variant_advantages` is the only function that calls the estimator registry: it passes
 the common options, the variant's options and the inputs an estimator needs beyond the
@@ -33,7 +34,8 @@ from g2po_bench.core.batch import StepBatch
 
 __all__ = ["Variant", "VARIANTS", "W_GRID", "study_variants", "variant_advantages", "MissingInput"]
 
-#: G2PO's w sweep (ALGORITHMS.md "G2PO", ablation axes)
+#: G2PO's w sweep (the G2PO paper, arXiv 2606.22995; the ``step_weight`` option of
+#: docs/estimators/g2po.md)
 W_GRID = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.2)
 
 

@@ -10,8 +10,8 @@ script as a module and calls those two functions for the two text-game archives 
 copies the wheel's ``logic/alfred.{pddl,twl2}`` next to them (as the script does) and verifies
 the result with :func:`g2po_bench.benchmarks.alfworld.games.find_games`.
 
-Nothing here runs at import or at environment construction (DESIGN.md); the CLI command
-``g2po data download alfworld`` calls :func:`download_alfworld`.
+Nothing here runs at import or at environment construction (docs/design-notes.md "Rules of the
+house"); the CLI command ``g2po data download alfworld`` calls :func:`download_alfworld`.
 """
 
 from __future__ import annotations

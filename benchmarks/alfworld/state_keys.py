@@ -1,4 +1,4 @@
-"""Anchor-state keys for ALFWorld (ALGORITHMS.md "State keys"): pure, separately testable.
+"""Anchor-state keys for ALFWorld (docs/design-notes.md "State keys"): pure, separately testable.
 
 A key is computed for every state the agent acts from; rows with equal keys inside a task
 group form one G2PO node / GiGPO step group. Two rules are offered:
@@ -27,13 +27,13 @@ reference does (Nala-YN/G2PO, ``agent_system/environments/env_manager.py``,
 4. A "Nothing happens." step appends nothing, so the key equals the previous state's key (a
    self-loop in the graph), also right after a heat/cool/clean/turn-on effect.
 
-Reference quirk at reset (documented, deliberately not reproduced): the reference's reset
-anchor is the raw intro text *without* admissible actions, while its history list is seeded
-with the full step-0 *prompt*; a "Nothing happens." as the first step therefore gets the
-prompt text as key, a node different from the reset state's. ALGORITHMS.md defines the rule as
-"the step maps back to the previous node", so here the reset state is keyed like every other
-state (initial observation + admissible actions) and an invalid first action self-loops to it.
-Only that one case differs; all other keys equal the reference anchors character for character
+Reference quirk at reset (documented, deliberately not reproduced): the reference's reset anchor is
+the raw intro text *without* admissible actions, while its history list is seeded with the full
+step-0 *prompt*; a "Nothing happens." as the first step therefore gets the prompt text as key, a
+node different from the reset state's. The suite states the rule as "the step maps back to the
+previous node" (docs/design-notes.md "State keys"), so here the reset state is keyed like every
+other state (initial observation + admissible actions) and an invalid first action self-loops to
+it. Only that one case differs; all other keys equal the reference anchors character for character
 (given the same observation text and admissible list).
 """
 

@@ -9,7 +9,7 @@
 The local transformers policy lives with its trainer
 (:class:`g2po_bench.algorithms.backends.local.policy.LocalPolicy`); the factory that builds any of the
 three by name is :func:`g2po_bench.baselines.policies.make_policy` (benchmarks never import the
-algorithms' backends, DESIGN.md "Rules of the house"). All implement
+algorithms' backends, docs/design.md). All implement
 :class:`g2po_bench.benchmarks.policy.Policy`.
 """
 

@@ -1,8 +1,8 @@
 """A :class:`g2po_bench.benchmarks.policy.Policy` over an in-process vLLM engine (GPU; optional extra).
 
 ``vllm`` is imported inside :class:`VLLMPolicy` only, so importing this module, the package,
-its CLI and its tests never needs it (DESIGN.md "Rules of the house"). Install the GPU extra
-(``pip install -e '.[gpu]'``) on a CUDA machine to use it.
+its CLI and its tests never needs it (docs/design-notes.md "Rules of the house"). Install the GPU
+extra (``pip install -e '.[gpu]'``) on a CUDA machine to use it.
 
 Prompts are tokenised here with the model's tokenizer (chat template applied, as in
 :class:`g2po_bench.algorithms.backends.local.policy.LocalPolicy`, and left-truncated to

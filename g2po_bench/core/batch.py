@@ -1,8 +1,9 @@
 """The ``StepBatch``: one row per agent step, the input of every advantage estimator.
 
-Source: ALGORITHMS.md "Notation" (the G2PO paper, arXiv 2606.22995, Section 3, and the
-verl-agent data layout). A training batch holds, for each of G tasks, a *task group* of N
-rollouts started from the same task instance; every row is one step of one trajectory.
+Source: the G2PO paper's setting (arXiv 2606.22995) and the verl-agent data layout (rows keyed by a
+task-group uid, a trajectory uid and the anchor observation); docs/design-notes.md "The StepBatch".
+A training batch holds, for each of G tasks, a *task group* of N rollouts started from the same
+task instance; every row is one step of one trajectory.
 
 The batch is columnar (one numpy array per field) and validated on construction, so an
 estimator can trust it without re-checking. Token tensors used for training do not live
@@ -27,7 +28,7 @@ def hash_state_key(key: str) -> int:
     Collisions are possible in principle (probability about n^2 / 2^65 for n distinct keys).
 
     Args:
-        key: the state key text (see ALGORITHMS.md "State keys").
+        key: the state key text (see docs/design-notes.md "State keys").
 
     Returns:
         int in [-2^63, 2^63).
@@ -48,7 +49,7 @@ _BOOL_FIELDS = ("success", "action_valid")
 
 @dataclass(frozen=True, eq=False)
 class StepBatch:
-    """A columnar batch of agent steps, one row per step (ALGORITHMS.md "Notation").
+    """A columnar batch of agent steps, one row per step (docs/design-notes.md "The StepBatch").
 
     Every field is a numpy array of shape (B,), B = number of step rows:
 

@@ -1,10 +1,11 @@
 """The run config: one typed object per run, loaded from YAML and dotted ``key=value`` overrides.
 
-DESIGN.md "Rules of the house": typed dataclasses, loaded from YAML, overridable from the
-command line; the resolved config is saved with every run and is enough to rerun it. Presets
-(``benchmarks/<name>/presets/*.yaml``) reproduce the reference settings (ALGORITHMS.md "Training loop
-facts"); the dataclass defaults are the CPU default of the main job (``g2po train`` with no
-arguments: a tiny model on generated ALFWorld games, about 10-15 minutes on 2 cores).
+docs/design-notes.md "Rules of the house": typed dataclasses, loaded from YAML, overridable from
+the command line; the resolved config is saved with every run and is enough to rerun it. Presets
+(``benchmarks/<name>/presets/*.yaml``) reproduce the reference settings (the papers' and verl-agent
+``examples/gigpo_trainer/run_alfworld.sh`` and ``run_webshop.sh``; docs/design-notes.md
+"Training-loop facts"); the dataclass defaults are the CPU default of the main job (``g2po train``
+with no arguments: a tiny model on generated ALFWorld games, about 10-15 minutes on 2 cores).
 
 This module is the ground floor: it knows the schema and the checks that need nothing but the
 schema (:func:`parse_config`, :func:`validate_config`). The checks of a benchmark's own settings
@@ -148,7 +149,7 @@ class EnvConfig:
 
 @dataclass
 class AlgorithmConfig:
-    """The advantage estimator and its options (ALGORITHMS.md).
+    """The advantage estimator and its options (one page per estimator: docs/estimators/).
 
     ``name`` is a registered estimator (``g2po algorithms`` lists them). ``options`` carries
     estimator-specific extras (ablation switches); unknown ones fail before any work.
@@ -191,7 +192,7 @@ class ModelConfig:
 
 @dataclass
 class TrainConfig:
-    """The training loop (ALGORITHMS.md "Training loop facts" give the reference values)."""
+    """The training loop (reference values: docs/design-notes.md "Training-loop facts")."""
 
     iterations: int = 54  # RL iterations (one batch of rollouts and its update each)
     groups_per_batch: int = 16  # tasks per batch (reference 16)

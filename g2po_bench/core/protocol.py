@@ -1,9 +1,9 @@
 """The environment protocol shared by every benchmark (ALFWorld, WebShop, AppWorld, ...).
 
-DESIGN.md "The shape": one small protocol: reset a task, step a text action, report reward,
-done, success, admissible actions if any, and the state key. The rollout engine only talks
-to this protocol; prompts and action parsing are per environment (``prompt.py`` of each
-benchmark) and share :mod:`g2po_bench.benchmarks.parsing`.
+One small protocol (docs/design-notes.md "Data flow"): reset a task, step a text action, report
+reward, done, success, admissible actions if any, and the state key. The rollout engine only talks
+to this protocol; prompts and action parsing are per environment (``prompt.py`` of each benchmark)
+and share :mod:`g2po_bench.benchmarks.parsing`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any
 __all__ = ["Task", "Observation", "crashed_observation", "Environment", "Mistake", "IfAdmissible", "RefusalStop",
            "state_key_rule", "check_state_key_rule", "OwnStateKey", "STATE_KEY_RULES"]
 
-#: the state-key rules a benchmark may offer (ALGORITHMS.md "State keys")
+#: the state-key rules a benchmark may offer: G2PO's reference key, GiGPO's raw observation
+#: (docs/design-notes.md "State keys")
 STATE_KEY_RULES = ("reference", "raw")
 
 
@@ -46,8 +47,8 @@ class Observation:
         text: the observation text shown to the agent (the engine's reply to the last action).
         instruction: the task description ("Your task is to: ...", the WebShop instruction).
         admissible_actions: valid commands in this state, or None if the env has no such list.
-        state_key: the anchor-state key of *this* state (ALGORITHMS.md "State keys"), computed
-            with the environment's configured key rule; an action taken from this state is
+        state_key: the anchor-state key of *this* state (docs/design-notes.md "State keys"),
+            computed with the environment's configured key rule; an action taken from this state is
             recorded with this key.
         reward: reward of the last step in the environment's own units (ALFWorld: 1 on a win;
             WebShop: the purchase reward in [0, 1]); 0 after ``reset``.
@@ -131,7 +132,7 @@ class Environment(ABC):
     """A text environment that plays one episode of one task at a time.
 
     Implementations are constructed inside worker processes from picklable settings and
-    must not download anything at construction (DESIGN.md "Rules of the house").
+    must not download anything at construction (docs/design-notes.md "Rules of the house").
     """
 
     name: str = "base"

@@ -1,6 +1,6 @@
 """The run folder: what one training or evaluation run writes, and how (atomically).
 
-Layout of ``results/runs/<run_id>/`` (DESIGN.md "results/"):
+Layout of ``results/runs/<run_id>/`` (docs/run-folder.md):
 
 - ``config.yaml``: the resolved run config; enough to rerun the run.
 - ``metrics.jsonl``: one JSON object per training iteration, appended as the run goes

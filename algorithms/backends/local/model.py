@@ -1,11 +1,10 @@
 """Loading a policy model, and building a tiny one for CPU runs and tests.
 
-There is no model hub on a CPU test machine (ENVIRONMENTS.md "Models on a CPU machine"), so
-the CPU default builds a Llama-style causal LM with tiny dimensions and a byte-level BPE
-tokenizer trained with ``tokenizers`` on the environment's own text (prompts and expert
-responses), wrapped in ``PreTrainedTokenizerFast`` and saved with ``save_pretrained`` so it
-reloads like any local model folder. Any other local folder (e.g. a user's
-Qwen2.5-1.5B-Instruct) loads through ``AutoModelForCausalLM``.
+Tests and the CPU default need no model hub: the CPU default builds a Llama-style causal LM with
+tiny dimensions and a byte-level BPE tokenizer trained with ``tokenizers`` on the environment's own
+text (prompts and expert responses), wrapped in ``PreTrainedTokenizerFast`` and saved with
+``save_pretrained`` so it reloads like any local model folder. Any other local folder (e.g. a
+user's Qwen2.5-1.5B-Instruct) loads through ``AutoModelForCausalLM``.
 """
 
 from __future__ import annotations
@@ -42,8 +41,8 @@ def resolve_device(device: str) -> torch.device:
 
 
 def train_tokenizer(corpus: Iterable[str], vocab_size: int):
-    """A byte-level BPE tokenizer trained on ``corpus`` (ENVIRONMENTS.md "Models on a CPU
-    machine"), wrapped in ``PreTrainedTokenizerFast`` with :data:`SPECIAL_TOKENS`, left padding.
+    """A byte-level BPE tokenizer trained on ``corpus`` with ``tokenizers``, wrapped in
+    ``PreTrainedTokenizerFast`` with :data:`SPECIAL_TOKENS`, left padding.
 
     Args:
         corpus: training text.
@@ -134,7 +133,8 @@ def load_model_and_tokenizer(path: str | os.PathLike, *, dtype: str = "float32",
 
     The tokenizer is loaded with ``PreTrainedTokenizerFast`` when the folder holds a
     ``tokenizer.json`` built by this project (``AutoTokenizer`` can swap the pre-tokenizer of
-    some configs, ENVIRONMENTS.md), else with ``AutoTokenizer``. Padding is on the left.
+    some configs, e.g. Qwen2's, for another than the one saved), else with ``AutoTokenizer``.
+    Padding is on the left.
 
     Returns:
         (model, tokenizer); the model is in eval mode on the resolved device.

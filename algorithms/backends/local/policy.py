@@ -1,13 +1,14 @@
 """Local transformers policy: batched generation and token log-probabilities.
 
-Implements :class:`g2po_bench.benchmarks.policy.Policy` for a causal LM held in this process (CPU or one
-GPU). Log-probabilities for training are computed from raw logits in a separate forward pass
-(:func:`response_logprobs`), never from the processed scores of ``generate`` (ENVIRONMENTS.md
-pitfall), with explicit ``position_ids`` for left-padded batches. Sampler and scorer share one
-sampling definition (:class:`g2po_bench.algorithms.backends.local.sampling.SamplingParams`): ``generate``
-gets an explicit config (the model's ``generation_config.json`` switches nothing on) and the
-scorer applies the same warpers, so the sampler's own log-probs (recorded in
-``Generation.logprobs``) equal the trainer's old log-probs.
+Implements :class:`g2po_bench.benchmarks.policy.Policy` for a causal LM held in this process (CPU
+or one GPU). Log-probabilities for training are computed from raw logits in a separate forward pass
+(:func:`response_logprobs`), never from the processed scores of ``generate`` (transformers'
+``output_scores`` are the scores after the logits processors; ``output_logits`` the raw ones), with
+explicit ``position_ids`` for left-padded batches. Sampler and scorer share one sampling definition
+(:class:`g2po_bench.algorithms.backends.local.sampling.SamplingParams`): ``generate`` gets an
+explicit config (the model's ``generation_config.json`` switches nothing on) and the scorer applies
+the same warpers, so the sampler's own log-probs (recorded in ``Generation.logprobs``) equal the
+trainer's old log-probs.
 
 Throughput: all prompts of a call are generated together, sorted by length and cut into
 batches only where a token budget (rows x (longest prompt + max_new_tokens)) or a row limit

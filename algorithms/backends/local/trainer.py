@@ -1,6 +1,7 @@
 """The local trainer backend: PyTorch + transformers on a CPU or one GPU.
 
-One iteration (ALGORITHMS.md "Training loop facts"; verl-agent's step-level PPO loop):
+One iteration (verl-agent's step-level PPO loop; reference values: docs/design-notes.md
+"Training-loop facts"):
 
 1. **Rollout**: ``groups_per_batch`` training tasks x ``group_size`` rollouts, sampled at
    ``train.temperature`` (:func:`g2po_bench.benchmarks.rollout.collect_rollouts`).

@@ -1,8 +1,9 @@
 """The PPO critic of the local backend: a value model V_phi(prompt of step t).
 
-ALGORITHMS.md "PPO (critic)": a value model scores the step prompt (the state s_t as the
-agent sees it). As in the reference (verl's critic: the policy's checkpoint loaded as
-``AutoModelForTokenClassification`` with one output), it is the policy's transformer trunk
+PPO with a critic (arXiv 1707.06347; the verl-agent PPO baseline; docs/estimators/ppo.md): a
+value model scores the step prompt (the state s_t as the agent sees it). As in the reference
+(verl's critic: the policy's checkpoint loaded as ``AutoModelForTokenClassification`` with one
+output), it is the policy's transformer trunk
 (``model.base_model``: embeddings, layers, final norm; no LM head, so no vocabulary-sized
 logits are ever computed) plus a scalar head on the last prompt token's final hidden state,
 trained with the reference critic's clipped value loss and update (:func:`g2po_bench.algorithms.losses.value_loss`,

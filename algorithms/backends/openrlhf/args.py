@@ -2,7 +2,7 @@
 
 :func:`build_argv` maps the suite's config onto ``openrlhf.cli.train_ppo_ray`` flags so that
 OpenRLHF's actor, reference and critic workers optimise exactly the local backend's objective
-(ALGORITHMS.md "Training loop facts"; :mod:`g2po_bench.algorithms.backends.local.trainer`):
+(:mod:`g2po_bench.algorithms.backends.local.trainer`; docs/design-notes.md "Training-loop facts"):
 
 ===============================  =================================================================
 suite config                     OpenRLHF flags

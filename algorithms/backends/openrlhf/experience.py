@@ -10,7 +10,8 @@ step prompt with its history; response r_i of R_i tokens) becomes one OpenRLHF 0
   k in [P_i - 1, P_i - 1 + R_i); the prompt (the environment's text: observation, history,
   admissible actions) is never an action, so it never enters the policy, KL or entropy loss;
 - ``advantages`` / ``returns`` (1, T - 1) = the step's scalar A_i / G_i on the action positions,
-  0 elsewhere (ALGORITHMS.md G2PO step 8: one scalar per step for every response token).
+  0 elsewhere (one scalar per step for every response token, as
+  verl-agent's ``gigpo/core_gigpo.py`` tiles it; docs/design-notes.md "The StepBatch").
 
 Batches are right-padded by OpenRLHF (``Experience.concat_experiences``), so per-token tensors
 are (B, A) with A = max_i T_i - 1. The critic (``ppo``) reads V(s_t) at position P_i - 1 (the

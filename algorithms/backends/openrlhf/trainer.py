@@ -1,7 +1,7 @@
 """The OpenRLHF trainer backend (``backend=openrlhf``): the suite's loop on Ray, DeepSpeed and vLLM.
 
 One iteration, with the same semantics as the local backend
-(:mod:`g2po_bench.algorithms.backends.local.trainer`; ALGORITHMS.md "Training loop facts"):
+(:mod:`g2po_bench.algorithms.backends.local.trainer`; docs/design-notes.md "Training-loop facts"):
 
 1. **Generation**: ``groups_per_batch`` tasks x ``group_size`` rollouts by the suite's rollout
    engine (:func:`g2po_bench.benchmarks.rollout.collect_rollouts`; environments in worker processes,
