@@ -413,6 +413,9 @@ def test_studies_side_by_side_quote_each_record_and_the_report_finds_them(tmp_pa
         st = run_study(cfg, ScriptedCorridorPolicy(), pool, TOY, tasks, CreditSettings(groups=3, continuations=8,
                                                                                          n_boot=100))
     rec = study_record(st, cfg, policy={"kind": "scripted"}, command=["g2po", "credit"])
+    # the checkout a study started on is what its record names (the CLI reads it before the study)
+    started = {"commit": "0" * 40, "dirty": False}
+    assert study_record(st, cfg, policy={}, command=[], code=started)["code"] == started
     scores = rec["scores"]["a_star"]
     g2po, grpo = scores["rows"]["g2po"]["spearman"], scores["rows"]["grpo"]["spearman"]
     diff = next(d["spearman"] for d in scores["differences"] if (d["a"], d["b"]) == ("g2po", "grpo"))

@@ -38,6 +38,7 @@ from g2po_bench.benchmarks.toy.policy import ScriptedCorridorPolicy
 from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.core.arguments import non_negative_int, positive_int
 from g2po_bench.core.config import ConfigError, config_to_yaml
+from g2po_bench.core.rundir import code_version
 from g2po_bench.runconfig import load_config
 from g2po_bench.train import check_run_for_eval
 
@@ -158,6 +159,7 @@ def run_study_command(args, console) -> tuple[Path, dict[str, Any]]:
         ConfigError: bad arguments or config (before any model is loaded).
         ReplayMismatch: the environment did not replay a prefix identically.
     """
+    code = code_version()  # the checkout the study runs on, before it has time to move on
     cfg = _config(args)
     _check(args, cfg)
     settings = CreditSettings(groups=args.groups, group_size=args.group_size, continuations=args.continuations,
@@ -223,7 +225,7 @@ def run_study_command(args, console) -> tuple[Path, dict[str, Any]]:
         study = run_study(cfg, policy, pool, bench, tasks, settings, progress=progress, values_fn=values_fn)
     t0 = time.perf_counter()
     command = ["g2po", *getattr(args, "argv", ["credit"])]
-    record = study_record(study, cfg, policy=policy_rec, command=command)
+    record = study_record(study, cfg, policy=policy_rec, command=command, code=code)
     out.mkdir(parents=True, exist_ok=True)
     (out / "credit_config.yaml").write_text(config_to_yaml(cfg), encoding="utf-8")
     write_record(out, record)

@@ -64,8 +64,13 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-def study_record(study, cfg, *, policy: dict[str, Any], command: list[str]) -> dict[str, Any]:
-    """The ``credit.json`` object of a :class:`~g2po_bench.analysis.credit.study.CreditStudy`."""
+def study_record(study, cfg, *, policy: dict[str, Any], command: list[str],
+                 code: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``credit.json`` object of a :class:`~g2po_bench.analysis.credit.study.CreditStudy`.
+
+    ``code`` is the :func:`~g2po_bench.core.rundir.code_version` taken when the study started
+    (a long study may end after the checkout moved on); by default it is read now.
+    """
     rb, rows, truth = study.rollouts, study.rows, study.truth
     st = rb.steps
     keys = {rule: rb.state_keys_by_rule(rule) for rule in rb.state_texts_by_rule}
@@ -103,7 +108,7 @@ def study_record(study, cfg, *, policy: dict[str, Any], command: list[str]) -> d
     return _clean({
         "kind": "credit", "version": CREDIT_VERSION,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": list(command),
-        "code": code_version(), "machine": machine_info(), "policy": policy, "env": cfg.env.name,
+        "code": code if code is not None else code_version(), "machine": machine_info(), "policy": policy, "env": cfg.env.name,
         "config": config_to_dict(cfg), "settings": asdict(study.settings),
         "mode": "exact" if exact else "monte_carlo", "tasks": task_ids, "summary": summary,
         "timing": study.timing,
