@@ -378,15 +378,21 @@ def test_g2po_credit_exact_on_the_toy_writes_its_record_and_report(tmp_path, cap
     assert "env.name=toy --policy toy-scripted" in capsys.readouterr().err
 
 
-def test_a_monte_carlo_record_reports_its_ceiling_and_every_row(tmp_path):
-    from g2po_bench.analysis.credit.record import read_record, study_record, write_record
-    from g2po_bench.analysis.credit.report import ceiling_line, write_study_report
-
+def _toy_monte_carlo_study():
+    """A Monte-Carlo study of the scripted toy policy: 3 task groups, K = 8 (config, study)."""
     cfg = toy_cfg()
     tasks = choose_tasks(TOY.load_tasks(cfg.env, "train"), 3, 0)
     with EnvPool("toy", cfg.env, 2, max_episodes=0) as pool:
         st = run_study(cfg, ScriptedCorridorPolicy(), pool, TOY, tasks, CreditSettings(groups=3, continuations=8,
                                                                                          n_boot=100))
+    return cfg, st
+
+
+def test_a_monte_carlo_record_reports_its_ceiling_and_every_row(tmp_path):
+    from g2po_bench.analysis.credit.record import read_record, study_record, write_record
+    from g2po_bench.analysis.credit.report import ceiling_line, write_study_report
+
+    cfg, st = _toy_monte_carlo_study()
     rec = study_record(st, cfg, policy={"kind": "scripted"}, command=["g2po", "credit"])
     write_record(tmp_path, rec)
     back = read_record(tmp_path)
@@ -407,11 +413,7 @@ def test_studies_side_by_side_quote_each_record_and_the_report_finds_them(tmp_pa
     from g2po_bench.analysis.credit.record import study_record, write_record
     from g2po_bench.analysis.credit.report import credit_section, studies_table
 
-    cfg = toy_cfg()
-    tasks = choose_tasks(TOY.load_tasks(cfg.env, "train"), 3, 0)
-    with EnvPool("toy", cfg.env, 2, max_episodes=0) as pool:
-        st = run_study(cfg, ScriptedCorridorPolicy(), pool, TOY, tasks, CreditSettings(groups=3, continuations=8,
-                                                                                         n_boot=100))
+    cfg, st = _toy_monte_carlo_study()
     rec = study_record(st, cfg, policy={"kind": "scripted"}, command=["g2po", "credit"])
     # the checkout a study started on is what its record names (the CLI reads it before the study)
     started = {"commit": "0" * 40, "dirty": False}
