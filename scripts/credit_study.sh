@@ -9,12 +9,12 @@
 # horizon with K = 16 and at the long one with K = 4; 32 task groups x 8 rollouts each; about
 # 7 + 5 + 22 + 25 minutes on 2 cores) and prints them side by side. A study whose folder already
 # holds a credit.json is kept, so a stopped run of this script continues where it stopped.
-# GROUPS, K and K_LONG override the sizes (e.g. GROUPS=2 K=2 K_LONG=2 for a quick try).
+# N_GROUPS, K and K_LONG override the sizes (e.g. N_GROUPS=2 K=2 K_LONG=2 for a quick try).
 set -euo pipefail
 
 OUT=${1:-results/credit}
 RUN=${RUN:-results/runs/alfworld-g2po-s0-credit}
-GROUPS=${GROUPS:-32}
+N_GROUPS=${N_GROUPS:-32}
 K=${K:-16}
 K_LONG=${K_LONG:-4}
 LONG=(env.max_steps=30 env.generated_max_receptacles=3 env.stop_after_refusals=0
@@ -29,7 +29,7 @@ study() {  # study NAME ARGS...: one g2po credit study into OUT/NAME unless it i
   if [ -f "$OUT/$name/credit.json" ]; then
     echo "$OUT/$name: kept (credit.json exists)"
   else
-    g2po credit --groups "$GROUPS" --out "$OUT/$name" "$@"
+    g2po credit --groups "$N_GROUPS" --out "$OUT/$name" "$@"
   fi
 }
 

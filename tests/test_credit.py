@@ -429,6 +429,11 @@ def test_studies_side_by_side_quote_each_record_and_the_report_finds_them(tmp_pa
     ceiling = scores["ceiling"]["ceiling"]["mean"]
     assert table.splitlines()[-1].startswith(f"| ceiling sqrt(reliability) | {ceiling:.2f}")
     assert f"{grpo['mean']:.2f}" in table
+    undefined = json.loads(json.dumps(rec))  # a study too small for any group to define the difference
+    for d in undefined["scores"]["a_star"]["differences"]:
+        d["spearman"].update(mean=None, ci=[None, None])
+    assert "| g2po | " + f"{g2po['mean']:.2f}" in studies_table([("tiny", undefined)])
+    assert "Δ n/a" in studies_table([("tiny", undefined)])
     for name in ("a", "b"):
         write_record(tmp_path / name, rec)
     lines, problems = credit_section(tmp_path, tmp_path / "report")

@@ -87,7 +87,8 @@ def studies_table(records: list[tuple[str, dict[str, Any]]], *, baseline: str = 
         text = f"{_f(sp['mean'])}{_ci(sp['ci'])}"
         for d in rec["scores"]["a_star"].get("differences", []):
             if d["a"] == name and d["b"] == baseline:
-                text += f"; Δ {float(d['spearman']['mean']):+.2f}{_ci(d['spearman']['ci'])}"
+                m = d["spearman"]["mean"]  # None when no task group defines both correlations
+                text += f"; Δ {'n/a' if m is None else format(float(m), '+.2f')}{_ci(d['spearman']['ci'])}"
         return text
 
     for n in names + ["oracle"]:
