@@ -14,7 +14,7 @@ product link), plus what can be clicked. Facts about the conversion:
   ``'"X"'`` occurs in the page URL (the item page URL ends with the chosen options as
   ``json.dumps``), and then ``You have clicked X.`` plus a newline is put *in front of* the
   whole observation so far, else ``  [button] X [button_]``; for product links
-  ``\\n[clicked button] X [clicked button_]`` when the ASIN was opened in this session,
+  ``\\n[clicked button] X [clicked button_]`` when the ASIN was opened earlier in the episode,
   else ``\\n[button] X [button_]``; other text as is (not stripped).
 - Clickables (the original's ``get_available_actions``): the text of every button, then of
   every product link, lowercased, then every option value as is; a later duplicate replaces
@@ -207,7 +207,7 @@ def to_text_rich(page: Page, *, url: str = "", clicked_asins: Iterable[str] = ()
         page: the page.
         url: the page URL the original would be at (option labels whose quoted value
             occurs in it are shown as clicked).
-        clicked_asins: ASINs (upper case) opened in this session.
+        clicked_asins: ASINs (upper case) opened earlier in the episode.
     """
     clicked = set(clicked_asins)
     obs = ""
