@@ -27,11 +27,11 @@ import yaml
 
 def main(argv: list[str] | None = None) -> int:
     """Print the comparison (module docstring); returns 0, or 2 for a folder without the records."""
-    from g2po_bench.algorithms.backends.batching import MINI_BATCH_SPLITS, mini_batch_sizes
+    from g2po_bench.algorithms.backends.batching import MINI_BATCH_RULES, mini_batch_sizes
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("run", type=Path, help="a training run folder (metrics.jsonl, config.yaml)")
-    p.add_argument("--rule", choices=MINI_BATCH_SPLITS, default="balanced", help="the rule to compare with")
+    p.add_argument("--rule", choices=MINI_BATCH_RULES, default="balanced", help="the rule to compare with")
     p.add_argument("-v", "--verbose", action="store_true", help="print every iteration's sizes")
     args = p.parse_args(argv)
     metrics, config = args.run / "metrics.jsonl", args.run / "config.yaml"

@@ -4,17 +4,18 @@ An iteration of a multi-turn rollout yields a varying number of step samples (th
 689-1,108 rows per iteration over 54 iterations, seed 0; ``python scripts/mini_batch_split.py
 results/proxy/sweep/runs/alfworld-g2po-s0-72187f1c7d``: with "fixed", 5 iterations end with a
 mini-batch under 16 rows (1, 11, 15, 4 and 1 rows at iterations 2, 3, 28, 29, 53) and 21 under 64;
-"balanced" would cut all 54 differently, from iteration 1 on, so it would change the default's
-episodes from iteration 2 on). Cut into consecutive chunks of
+"balanced" cuts all 54 differently, from iteration 1 on, so the default's episodes differ from
+iteration 2 on between the two rules). Cut into consecutive chunks of
 ``train.mini_batch_size`` rows, the last chunk holds the remainder, which can be a single row:
 129 rows and a size of 128 give [128, 1], and the one-row step moves the weights about as far as
 a full one (Adam normalises the gradient's scale).
 
 Rules (``train.mini_batch_split``):
 
-- ``"fixed"`` (the default, today's behaviour): chunks of ``mini_batch_size`` in the shuffled
-  order, the last one holds the remainder (any size from 1 row).
-- ``"balanced"``: the fewest mini-batches of at most ``mini_batch_size`` rows,
+- ``"fixed"`` (the reference's cut; the reference presets and ``backend=openrlhf`` use it):
+  chunks of ``mini_batch_size`` in the shuffled order, the last one holds the remainder (any size
+  from 1 row).
+- ``"balanced"`` (``backend=local``'s default, ``train.mini_batch_split=auto``): the fewest mini-batches of at most ``mini_batch_size`` rows,
   k = ceil(n / mini_batch_size), with sizes that differ by at most one row (the first n mod k
   mini-batches get one row more). No mini-batch exceeds ``mini_batch_size`` and, when n >=
   ``mini_batch_size``, none has fewer than ``mini_batch_size // 2`` rows (n / k > size / 2
@@ -34,11 +35,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeVar
 
-from g2po_bench.core.config import MINI_BATCH_SPLITS
+from g2po_bench.core.config import MINI_BATCH_RULES
 
-__all__ = ["MINI_BATCH_SPLITS", "mini_batch_sizes", "split_mini_batches"]
+__all__ = ["MINI_BATCH_RULES", "mini_batch_sizes", "split_mini_batches"]
 
-# MINI_BATCH_SPLITS: the rules of ``train.mini_batch_split`` (module docstring), from the config schema
+# MINI_BATCH_RULES: the rules of ``train.mini_batch_split`` (module docstring), from the config schema
 
 T = TypeVar("T")
 
@@ -47,7 +48,7 @@ def mini_batch_sizes(n: int, size: int, rule: str = "fixed") -> list[int]:
     """The row counts of the mini-batches of ``n`` rows under ``rule`` (module docstring).
 
     Args:
-        n: rows (>= 0); size: ``train.mini_batch_size`` (>= 1); rule: one of :data:`MINI_BATCH_SPLITS`.
+        n: rows (>= 0); size: ``train.mini_batch_size`` (>= 1); rule: one of :data:`MINI_BATCH_RULES`.
 
     Returns:
         Positive ints summing to ``n``, in the order the mini-batches are taken ([] for n = 0).
@@ -57,8 +58,8 @@ def mini_batch_sizes(n: int, size: int, rule: str = "fixed") -> list[int]:
     """
     if n < 0 or size < 1:
         raise ValueError(f"need n >= 0 rows and a mini-batch size >= 1, got n={n}, size={size}")
-    if rule not in MINI_BATCH_SPLITS:
-        raise ValueError(f"unknown mini-batch split {rule!r}; choose one of {', '.join(MINI_BATCH_SPLITS)} "
+    if rule not in MINI_BATCH_RULES:
+        raise ValueError(f"unknown mini-batch split {rule!r}; choose one of {', '.join(MINI_BATCH_RULES)} "
                          "(train.mini_batch_split)")
     if n == 0:
         return []

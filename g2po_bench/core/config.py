@@ -57,8 +57,11 @@ OPENRLHF_LACKS = ("entropies",)
 OLD_LOGPROBS = ("auto", "recompute", "sampler")  # train.old_logprobs
 #: train.loss_agg_mode: how a loss is aggregated over tokens and samples (verl core_algos agg_loss)
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-#: train.mini_batch_split: how step samples are cut into optimizer steps (algorithms/backends/batching.py)
-MINI_BATCH_SPLITS = ("fixed", "balanced")
+#: the rules that cut step samples into optimizer steps (algorithms/backends/batching.py)
+MINI_BATCH_RULES = ("fixed", "balanced")
+#: train.mini_batch_split: a rule, or "auto" (resolved when the config is loaded: balanced for
+#: backend=local, fixed for backend=openrlhf, which cuts its own mini-batches)
+MINI_BATCH_SPLITS = ("auto", *MINI_BATCH_RULES)
 
 
 
@@ -211,9 +214,11 @@ class TrainConfig:
     mini_batch_size: int = 128  # step samples per optimizer step
     # how an iteration's step samples are cut into optimizer steps (algorithms/backends/batching.py):
     # "fixed" = chunks of mini_batch_size, the last one holds the remainder (1 row when 129 rows meet
-    # a size of 128); "balanced" = the fewest mini-batches of at most mini_batch_size rows, sizes
-    # differing by at most one row (none under mini_batch_size // 2 when there are more rows than that)
-    mini_batch_split: str = "fixed"
+    # a size of 128; the reference's cut, kept by the reference presets); "balanced" = the fewest
+    # mini-batches of at most mini_batch_size rows, sizes differing by at most one row (none under
+    # mini_batch_size // 2 when there are more rows than that); "auto" (resolved when the config is
+    # loaded, the saved config records the result) = balanced for backend=local, fixed for openrlhf
+    mini_batch_split: str = "auto"
     micro_batch_size: int = 16  # step samples per forward/backward
     ppo_epochs: int = 1  # passes over each iteration's rollouts
     # the old (behaviour-policy) log-probs of the PPO ratio: "recompute" (a forward pass of the
@@ -451,13 +456,17 @@ def _read_yaml(path: Path) -> DictConfig:
 
 
 def resolve_logprob_source(cfg: RunConfig) -> None:
-    """Replace ``train.old_logprobs=auto`` by what it means for this run (in place):
-    ``"sampler"`` for ``backend=local`` with ``model.dtype=float32`` (the sampler's log-probs are
-    then the policy's up to rounding), ``"recompute"`` otherwise (bfloat16 cached decoding and one
-    full forward differ; OpenRLHF recomputes with its actor)."""
+    """Replace ``train.old_logprobs=auto`` and ``train.mini_batch_split=auto`` by what they mean
+    for this run (in place). Log-probs: ``"sampler"`` for ``backend=local`` with
+    ``model.dtype=float32`` (the sampler's log-probs are then the policy's up to rounding),
+    ``"recompute"`` otherwise (bfloat16 cached decoding and one full forward differ; OpenRLHF
+    recomputes with its actor). Mini-batches: ``"balanced"`` for ``backend=local`` (no optimizer
+    step under half a mini-batch), ``"fixed"`` for ``backend=openrlhf`` (it cuts its own)."""
     if cfg.train.old_logprobs == "auto":
         exact = cfg.backend == "local" and cfg.model.dtype == "float32"
         cfg.train.old_logprobs = "sampler" if exact else "recompute"
+    if cfg.train.mini_batch_split == "auto":
+        cfg.train.mini_batch_split = "balanced" if cfg.backend == "local" else "fixed"
     # jsonl is always on: the saved config says so whatever the list held
     cfg.logging.backends = ["jsonl", *dict.fromkeys(b for b in cfg.logging.backends if b != "jsonl")]
 
