@@ -21,7 +21,8 @@ LONG=(env.max_steps=30 env.generated_max_receptacles=3 env.stop_after_refusals=0
       env.generated_train_games=320 env.generated_eval_games=40)
 
 if [ ! -f "$RUN/checkpoints/latest/policy/model.safetensors" ]; then
-  g2po train run_id="$(basename "$RUN")" output_dir="$(dirname "$RUN")"
+  # the cut the committed study's policy was trained with (the default before train.mini_batch_split=auto)
+  g2po train run_id="$(basename "$RUN")" output_dir="$(dirname "$RUN")" train.mini_batch_split=fixed
 fi
 
 study() {  # study NAME ARGS...: one g2po credit study into OUT/NAME unless it is there

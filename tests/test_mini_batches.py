@@ -1,6 +1,7 @@
 """Mini-batches of an iteration's step samples (issue 39, item 3): ``train.mini_batch_split``
-"fixed" keeps the reference cut (a 1-row step when 129 rows meet a size of 128), "balanced"
-never makes a step under ``mini_batch_size // 2`` rows nor over ``mini_batch_size``."""
+"fixed" keeps the reference cut (a 1-row step when 129 rows meet a size of 128), "balanced" (the
+local backend's default) never makes a step under ``mini_batch_size // 2`` rows nor over
+``mini_batch_size``."""
 
 from __future__ import annotations
 
@@ -41,11 +42,36 @@ def test_split_keeps_the_order_and_names_bad_input():
         mini_batch_sizes(10, 0)
 
 
-def test_config_key_defaults_to_fixed_and_leaves_run_ids_unchanged():
+def test_config_default_is_balanced_locally_fixed_on_openrlhf_and_fixed_keeps_run_ids():
+    """``auto`` resolves when the config is loaded (the saved config records the rule): balanced
+    for backend=local, fixed for openrlhf (it cuts its own mini-batches). ``fixed`` stays out of
+    the hash (config.HASH_NEUTRAL_DEFAULTS), so configs recorded before the key keep their run ids;
+    the local default is another config and gets another run id."""
     cfg = load_config()
-    assert cfg.train.mini_batch_split == "fixed"
-    explicit = load_config(None, ["train.mini_batch_split=fixed"])
+    assert cfg.backend == "local" and cfg.train.mini_batch_split == "balanced"
+    assert load_config(None, ["train.mini_batch_split=auto"]).train.mini_batch_split == "balanced"
+    fixed = load_config(None, ["train.mini_batch_split=fixed"])
     balanced = load_config(None, ["train.mini_batch_split=balanced"])
-    assert config_hash(explicit) == config_hash(cfg) != config_hash(balanced)
+    assert config_hash(balanced) == config_hash(cfg) != config_hash(fixed)
+    from g2po_bench.core.config import parse_config
+
+    assert parse_config(None, ["backend=openrlhf"]).train.mini_batch_split == "fixed"
     with pytest.raises(ConfigError, match="train.mini_batch_split"):
         load_config(None, ["train.mini_batch_split=even"])
+    with pytest.raises(ConfigError, match="balanced.*local backend"):
+        parse_config(None, ["backend=openrlhf", "train.mini_batch_split=balanced"])
+
+
+def test_reference_presets_keep_the_reference_cut(tmp_path):
+    """The GPU presets reproduce the reference, whose last mini-batch holds the remainder, on
+    either backend; the CPU presets take the local default."""
+    from g2po_bench.benchmarks.registry import preset_files
+    from g2po_bench.core.config import parse_config
+
+    files = preset_files()
+    reference = [n for n in files if not n.endswith("_cpu")]
+    assert len(reference) >= 5 and "alfworld_1.5b" in reference
+    for name, path in sorted(files.items()):  # the GPU presets leave the data and model paths to the user
+        cfg = parse_config(None, [f"env.data_dir={tmp_path}", f"model.path={tmp_path}"], preset_file=path)
+        rule = cfg.train.mini_batch_split
+        assert rule == ("balanced" if name.endswith("_cpu") else "fixed"), name

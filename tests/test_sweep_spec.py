@@ -6,7 +6,7 @@ import pytest
 import yaml
 from sweep_support import run_cli, toy_spec
 
-from g2po_bench.sweeps.spec import SPEC_DIR, SpecError, expand, load_spec
+from g2po_bench.sweeps.spec import SPEC_DIR, SpecError, expand, find_spec, load_spec
 
 PAPER_SPECS = {  # spec -> number of runs
     "main_table": 72,
@@ -91,24 +91,42 @@ def test_ablation_options_come_from_the_registry(paper):
         ("grpo", "reference"), ("gigpo", "raw"), ("g2po", "reference")}
 
 
-def test_cpu_proxy_spec_still_plans_the_committed_runs():
-    """The committed comparison (results/proxy/sweep/runs) keeps its run ids: adding methods to
-    the grid or keys to the config (left out of the hash at their default) must not move them."""
+def _cpu_proxy_under(tmp_path, split: str):
+    """The cpu_proxy spec with ``train.mini_batch_split`` set in its base (a copy in tmp_path)."""
+
+    raw = yaml.safe_load(find_spec("cpu_proxy").read_text())
+    raw["base"]["config"].setdefault("train", {})["mini_batch_split"] = split
+    path = tmp_path / "cpu_proxy.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return load_spec(path)
+
+
+def test_cpu_proxy_spec_still_plans_the_committed_runs(tmp_path):
+    """Run ids are config hashes: a refactor or a new config key that changed them would orphan the
+    committed comparison. results/proxy/sweep/runs ran under ``train.mini_batch_split=fixed`` (the
+    default before ``auto``); the spec with that one key set plans every one of its 15 run ids, and
+    each committed config.yaml hashes to its folder's name. Runs of the current default
+    (results/proxy/next/runs, where present) are planned by the spec as it is."""
     from pathlib import Path
 
-    committed = Path(__file__).resolve().parents[1] / "results" / "proxy" / "sweep" / "runs"
-    ids = sorted(p.name for p in committed.iterdir() if p.is_dir())
-    assert len(ids) == 15
-    planned = {r.run_id for r in expand(load_spec("cpu_proxy"))}
-    assert set(ids) <= planned
-    # and the committed configs still hash to their folder names
     from g2po_bench.core.config import resolve_run_id
     from g2po_bench.runconfig import load_config
 
+    proxy = Path(__file__).resolve().parents[1] / "results" / "proxy"
+    ids = sorted(p.name for p in (proxy / "sweep" / "runs").iterdir() if p.is_dir())
+    assert len(ids) == 15 and "alfworld-g2po-s0-72187f1c7d" in ids
+    planned_fixed = {r.run_id for r in expand(_cpu_proxy_under(tmp_path, "fixed"))}
+    assert set(ids) <= planned_fixed, sorted(set(ids) - planned_fixed)
+    planned = {r.run_id for r in expand(load_spec("cpu_proxy"))}
+    assert not planned & planned_fixed  # the current default (balanced) is another config
     for run_id in ids:
-        cfg = load_config(committed / run_id / "config.yaml")
+        cfg = load_config(proxy / "sweep" / "runs" / run_id / "config.yaml")
+        assert cfg.train.mini_batch_split == "fixed"
         cfg.run_id = None  # derive it from the config again
         assert resolve_run_id(cfg) == run_id
+    nxt = proxy / "next" / "runs"
+    current = {p.name for p in nxt.iterdir() if p.is_dir()} if nxt.is_dir() else set()
+    assert current <= planned, sorted(current - planned)
 
 
 def test_smoke_spec_runs_anywhere():
@@ -229,17 +247,3 @@ def test_dry_run_prints_the_plan_and_submits_nothing(tmp_path):
     bad = run_cli(["launch", str(toy_spec(tmp_path / "b.yaml", "b", extra={"grid": {"algorithm.name": ["x"]}})),
                    "--cluster", "local", "--output-dir", str(out)], cwd=tmp_path)
     assert bad.returncode == 2 and "algorithm.name" in bad.stderr and not out.exists()
-
-
-def test_the_cpu_proxy_spec_still_plans_the_committed_run_folders():
-    """Run ids are config hashes: a refactor or a new config key that changed them would orphan the
-    committed comparison (results/proxy/sweep/runs); the spec must keep planning every one of them."""
-    from pathlib import Path
-
-    from g2po_bench.sweeps.spec import expand, load_spec
-
-    committed = {p.name for p in (Path(__file__).resolve().parents[1] / "results" / "proxy" / "sweep" / "runs").iterdir()
-                 if p.is_dir()}
-    assert len(committed) >= 15
-    planned = {r.run_id for r in expand(load_spec("cpu_proxy"))}
-    assert committed <= planned, sorted(committed - planned)
