@@ -24,7 +24,6 @@ Everything runs in this process on one core (numpy's sort and bincount are singl
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import statistics
@@ -43,6 +42,7 @@ from g2po_bench.algorithms.registry import (
     oracle_estimate,
 )
 from g2po_bench.algorithms.synthetic import batch_with_rows, reference_batch, synthetic_inputs
+from g2po_bench.core.arguments import ArgumentParser
 
 __all__ = ["run_advantage_benchmark", "format_table", "main"]
 
@@ -172,7 +172,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: ``python -m g2po_bench.algorithms.bench [--sizes ...] [--estimators ...]``."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", nargs="+", default=[REFERENCE, "100000", "1000000"],
                         help="'reference' and/or row counts")
     parser.add_argument("--estimators", nargs="+", default=None)

@@ -56,7 +56,7 @@ from g2po_bench.benchmarks.registry import (
     get_benchmark,
     preset_files,
 )
-from g2po_bench.core.arguments import positive_int
+from g2po_bench.core.arguments import ArgumentParser, positive_int
 from g2po_bench.core.config import ConfigError, config_to_yaml
 from g2po_bench.core.errors import SUITE_ERRORS, DataDownloadError, EnvironmentSetupError
 from g2po_bench.core.tracking import TrackingError
@@ -185,9 +185,9 @@ def _bench_size(text: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of the ``g2po`` command (subcommands listed in the module docstring;
     each subcommand's ``--help`` lists its main forms with an example, :data:`HELP`)."""
-    parser = argparse.ArgumentParser(prog="g2po", description="Long-horizon agentic RL benchmarks and baselines",
-                                     epilog=__doc__.split("::", 1)[1].split("A bad config", 1)[0].rstrip(),
-                                     formatter_class=_RAW)
+    parser = ArgumentParser(prog="g2po", description="Long-horizon agentic RL benchmarks and baselines",
+                            epilog=__doc__.split("::", 1)[1].split("A bad config", 1)[0].rstrip(),
+                            formatter_class=_RAW)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = _subparser(sub, "train", "train a policy (CPU default: tiny model on generated ALFWorld games)")

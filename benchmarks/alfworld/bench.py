@@ -16,7 +16,6 @@ with the generator's stored parse (``game.parsed.pkl``) and without it.
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
 import tempfile
@@ -30,6 +29,7 @@ from g2po_bench.benchmarks.alfworld.generate import (
     generate_games,
     last_generation_stats,
 )
+from g2po_bench.core.arguments import ArgumentParser
 
 
 def fresh_worker_reset_s(tasks, *, parsed: bool) -> float:
@@ -142,8 +142,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     another program (e.g. ``g2po bench alfworld``, which passes ``prog`` for its usage line)."""
     if argv is None and __name__ != "__main__":
         argv = []
-    p = argparse.ArgumentParser(prog=prog or "python -m g2po_bench.benchmarks.alfworld.bench",
-                                description=__doc__.splitlines()[0])
+    p = ArgumentParser(prog=prog or "python -m g2po_bench.benchmarks.alfworld.bench",
+                       description=__doc__.splitlines()[0])
     p.add_argument(
         "--data",
         default=None,

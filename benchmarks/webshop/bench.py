@@ -15,7 +15,6 @@ Options: ``--data-dir DIR`` (default: ``$G2PO_SHARED_DATA/webshop`` or
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -28,6 +27,7 @@ from g2po_bench.benchmarks.webshop.env import WebShopEnv
 from g2po_bench.benchmarks.webshop.expert import play_expert
 from g2po_bench.benchmarks.webshop.search import BruteForceBM25, SearchEngine
 from g2po_bench.benchmarks.webshop.tasks import source_for, task_for_goal
+from g2po_bench.core.arguments import ArgumentParser
 from g2po_bench.core.config import EnvConfig
 
 __all__ = ["main", "default_data_dir"]
@@ -62,10 +62,10 @@ def _queries(cat: Catalog, n: int) -> list[str]:
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Run the benchmark; ``argv`` None means no options (the ``g2po bench webshop`` call, which
     passes ``prog`` for its usage line)."""
-    ap = argparse.ArgumentParser(prog=prog or "python -m g2po_bench.benchmarks.webshop.bench",
-                                 description="WebShop speed and search-fidelity figures: catalogue load, index "
-                                 "build and load, search latency, environment steps per second, agreement of "
-                                 "the bm25s search with brute-force BM25, the scripted expert's success.")
+    ap = ArgumentParser(prog=prog or "python -m g2po_bench.benchmarks.webshop.bench",
+                        description="WebShop speed and search-fidelity figures: catalogue load, index "
+                        "build and load, search latency, environment steps per second, agreement of "
+                        "the bm25s search with brute-force BM25, the scripted expert's success.")
     ap.add_argument("--data-dir", default=None, metavar="DIR",
                     help="WebShop data folder (default: $G2PO_SHARED_DATA/webshop or ../shared/data/webshop "
                     "when present, else the synthetic catalogue)")

@@ -1,15 +1,28 @@
-"""Value types of command-line options, shared by the ``g2po`` subcommands (``type=`` of
-:meth:`argparse.ArgumentParser.add_argument`).
+"""Command-line parsing shared by the ``g2po`` subcommands: the parser class and the value types
+of options (``type=`` of :meth:`argparse.ArgumentParser.add_argument`).
 
-Each function turns an option's text into its value or raises
-:class:`argparse.ArgumentTypeError`, whose message argparse prints after the option's name.
+Each value type turns an option's text into its value or raises
+:class:`argparse.ArgumentTypeError`, whose message the parser prints after the option's name.
 """
 
 from __future__ import annotations
 
 import argparse
 
-__all__ = ["positive_int", "non_negative_int"]
+__all__ = ["ArgumentParser", "positive_int", "non_negative_int"]
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """:class:`argparse.ArgumentParser` whose errors are one line on stderr, naming the fix.
+
+    argparse prints the whole usage block before an error (a dozen lines for ``g2po credit``),
+    which buries the one line that says what is wrong; this parser prints
+    ``<prog>: error: <message> (<prog> --help lists the options)`` and exits with status 2, as
+    argparse does. Subparsers made by :meth:`add_subparsers` are of this class too.
+    """
+
+    def error(self, message: str):  # noqa: D102 (argparse's hook)
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the options)\n")
 
 
 def _int_at_least(text: str, minimum: int) -> int:
