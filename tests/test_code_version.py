@@ -27,9 +27,15 @@ def test_a_checkout_gives_its_commit_and_dirty_flag(tmp_path):
     assert code_version(repo) == {"commit": head, "dirty": True}
     run("add", "f.py")  # staged but not committed: still dirty
     assert code_version(repo) == {"commit": head, "dirty": True}
-    (repo / "untracked.py").write_text("x")  # untracked files do not make it dirty
     run("reset", "-q", "f.py")
     run("checkout", "-q", "f.py")
+    assert code_version(repo)["dirty"] is False
+    (repo / "new_estimator.py").write_text("x")  # a new file is code the commit lacks
+    assert code_version(repo)["dirty"] is True
+    (repo / ".gitignore").write_text("runs/\nnew_estimator.py\n.gitignore\n")  # ignored files are not
+    (repo / "runs").mkdir()
+    (repo / "runs" / "config.yaml").write_text("seed: 0\n")
+    (repo / "notes.md").write_text("a new record\n")  # nor new documentation and records
     assert code_version(repo)["dirty"] is False
     (repo / "README.md").write_text("two\n")  # documentation and records are not code
     (repo / "eval.json").write_text('{"success": 1}\n')

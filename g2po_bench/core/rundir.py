@@ -78,8 +78,8 @@ def code_version(root: str | os.PathLike | None = None) -> dict[str, Any] | None
             while it ran (the code it had already loaded).
 
     Returns:
-        ``{"commit": <40 hex>, "dirty": bool}`` (dirty: tracked files that can change what runs
-        differ from the commit; documentation and records, the suffixes in
+        ``{"commit": <40 hex>, "dirty": bool}`` (dirty: files that can change what runs differ
+        from the commit, tracked ones changed or new ones that git does not ignore; documentation and records, the suffixes in
         :data:`RECORD_SUFFIXES`, do not count, so committing results while runs go on does not
         mark them dirty), or None when ``root`` is not a git checkout or git is missing (an
         installed wheel).
@@ -153,6 +153,9 @@ def _read_code_version(root: Path) -> dict[str, Any] | None:
     try:
         commit = git("rev-parse", "HEAD")
         changed = git("diff", "--name-only", "HEAD", "--").splitlines()
+        # new files count too (an estimator added as one new file is code the commit lacks);
+        # ignored ones (run folders, caches, virtual environments) do not
+        changed += git("ls-files", "--others", "--exclude-standard").splitlines()
         dirty = any(Path(f).suffix.lower() not in RECORD_SUFFIXES for f in changed if f.strip())
     except (OSError, subprocess.SubprocessError):
         return None
