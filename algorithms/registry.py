@@ -80,6 +80,7 @@ import inspect
 import math
 import numbers
 import pkgutil
+import traceback
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -488,11 +489,22 @@ def import_estimator_module(module: str) -> None:
     discover_estimators()
     try:
         importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module == exc.name or module.startswith(exc.name + ".")):
+            raise ValueError(
+                f"cannot import estimator module {module!r} ({exc}); it must be importable from this "
+                "Python (installed, or its folder on PYTHONPATH)") from None
+        raise ValueError(f"estimator module {module!r} was found but failed to import: "
+                         f"{_where(exc)}{type(exc).__name__}: {exc}") from None
     except Exception as exc:
-        raise ValueError(
-            f"cannot import estimator module {module!r} ({type(exc).__name__}: {exc}); it must be "
-            "importable from this Python (installed, or its folder on PYTHONPATH)"
-        ) from None
+        raise ValueError(f"estimator module {module!r} was found but failed to import: "
+                         f"{_where(exc)}{type(exc).__name__}: {exc}") from None
+
+
+def _where(exc: BaseException) -> str:
+    """``file:line: `` of the innermost frame of ``exc`` outside importlib ("" without one)."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "importlib" not in f.filename]
+    return f"{frames[-1].filename}:{frames[-1].lineno}: " if frames else ""
 
 
 def available_estimators() -> list[str]:
@@ -652,6 +664,9 @@ def _type_error(name: str, opt: str, default: Any, value: Any,
             return f"option {opt!r} of estimator {name!r} must be a number, got {value!r}"
         if not math.isfinite(float(value)):
             return f"option {opt!r} of estimator {name!r} must be finite, got {value!r}"
+        if isinstance(default, numbers.Integral) and not isinstance(value, numbers.Integral):
+            return (f"option {opt!r} of estimator {name!r} must be a whole number (its default is "
+                    f"{default!r}), got {value!r}")
         return None
     if isinstance(default, str) and not isinstance(value, str):
         return f"option {opt!r} of estimator {name!r} must be a string, got {value!r}"
@@ -752,16 +767,17 @@ def estimate(name: str, batch: StepBatch, *, inputs: Mapping[str, Any] | None = 
         float64 (possibly empty).
 
     Raises:
-        TypeError: ``batch`` is not a StepBatch.
+        TypeError: ``batch`` is not a StepBatch, or the estimator returned something other than an AdvantageResult.
         ValueError: see :func:`check_options` and :func:`check_inputs` (a declared input
-            missing or malformed); the estimator produced a non-finite value or a row term of
-            the wrong shape.
+            missing or malformed); the estimator produced a non-finite value, or advantages,
+            returns or a row term of the wrong shape.
     """
     spec = estimator_spec(name)
     args = _call_arguments(spec, batch, inputs, dict(options))
     result = spec.fn(batch, **args)
     if not isinstance(result, AdvantageResult):
-        raise TypeError(f"estimator {name!r} must return an AdvantageResult")
+        raise TypeError(f"estimator {name!r} ({spec.module}) returned a {type(result).__name__}; it must "
+                        f"return AdvantageResult(advantages=<({len(batch)},) array>, ...)")
     adv = np.asarray(result.advantages, dtype=np.float64)
     if adv.shape != (len(batch),):
         raise ValueError(
@@ -772,6 +788,11 @@ def estimate(name: str, batch: StepBatch, *, inputs: Mapping[str, Any] | None = 
     result.advantages = adv
     if result.returns is not None:
         result.returns = np.asarray(result.returns, dtype=np.float64)
+        if result.returns.shape != (len(batch),):
+            raise ValueError(f"estimator {name!r} returned returns of shape {result.returns.shape}, "
+                             f"expected ({len(batch)},) (one value target per row) or None")
+        if not np.all(np.isfinite(result.returns)):
+            raise ValueError(f"estimator {name!r} produced non-finite returns")
     terms = {}
     for key, value in result.row_terms.items():
         arr = np.asarray(value, dtype=np.float64)

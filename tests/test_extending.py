@@ -140,8 +140,15 @@ def test_algorithm_module_imports_an_estimator_before_validation(tmp_path, monke
     cfg = load_config(overrides=["algorithm.name=mod_est_half", "algorithm.module=mod_est_half",
                                  "algorithm.options.bonus=2.0"])
     assert cfg.algorithm.module == "mod_est_half" and cfg.algorithm.options == {"bonus": 2.0}
-    with pytest.raises(ConfigError, match="algorithm.module.*no_such_module"):
+    with pytest.raises(ConfigError, match="algorithm.module.*no_such_module.*importable from this Python"):
         load_config(overrides=["algorithm.module=no_such_module"])
+    # a module that is found but fails on import says so, with the file and line, not "not importable"
+    (tmp_path / "mod_est_broken.py").write_text("import numpy\n\nx = undefined_name\n")
+    (tmp_path / "mod_est_dep.py").write_text("import no_such_dependency\n")
+    with pytest.raises(ConfigError, match=r"found but failed to import: .*mod_est_broken.py:3: NameError"):
+        load_config(overrides=["algorithm.module=mod_est_broken"])
+    with pytest.raises(ConfigError, match="mod_est_dep.*found but failed.*no_such_dependency"):
+        load_config(overrides=["algorithm.module=mod_est_dep"])
     # the key is in the hash once set, and out of it at its default (run ids of older configs)
     base = load_config()
     assert config_hash(load_config(overrides=["algorithm.module=mod_est_half"])) != config_hash(base)
@@ -156,7 +163,7 @@ def test_algorithm_module_imports_an_estimator_before_validation(tmp_path, monke
     d["algorithm"].pop("module")
     d["env"].pop("cache_dir")
     d["env"].pop("allow_incomplete_eval_split")
-    d["train"].pop("mini_batch_split")
+    assert d["train"]["mini_batch_split"] == "balanced"  # not the neutral "fixed": it stays in the hash
     import hashlib
 
     assert hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:10] == config_hash(base)

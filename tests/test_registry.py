@@ -165,13 +165,26 @@ def test_register_rejects_options_the_function_lacks():
 def test_bad_estimator_output_is_caught(batch):
     name = "test_broken"
     try:
-        register_estimator(name, options={"kind": "shape"})(
-            lambda b, *, kind: AdvantageResult(np.zeros(1) if kind == "shape" else np.full(len(b), np.nan))
-        )
-        with pytest.raises(ValueError, match="shape"):
+        def broken(b, *, kind):
+            if kind == "array":
+                return np.zeros(len(b))
+            if kind == "returns":
+                return AdvantageResult(np.zeros(len(b)), returns=np.zeros(3))
+            return AdvantageResult(np.zeros(1) if kind == "shape" else np.full(len(b), np.nan))
+
+        register_estimator(name, options={"kind": "shape", "depth": 2})(lambda b, *, kind, depth: broken(b, kind=kind))
+        with pytest.raises(ValueError, match=r"advantages of shape \(1,\), expected \(5,\)"):
             estimate(name, batch)
         with pytest.raises(ValueError, match="non-finite"):
             estimate(name, batch, kind="nan")
+        with pytest.raises(TypeError, match="returned a ndarray; it must return AdvantageResult"):
+            estimate(name, batch, kind="array")
+        with pytest.raises(ValueError, match=r"returns of shape \(3,\), expected \(5,\)"):
+            estimate(name, batch, kind="returns")
+        # an int default takes whole numbers only
+        with pytest.raises(ValueError, match="'depth'.*whole number.*got 2.5"):
+            check_options(name, {"depth": 2.5})
+        check_options(name, {"depth": 3})
     finally:
         registry._REGISTRY.pop(name, None)
 
