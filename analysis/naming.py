@@ -45,7 +45,7 @@ from collections.abc import Mapping
 from pathlib import PurePath
 from typing import Any
 
-from g2po_bench.algorithms.registry import COMMON_OPTIONS, estimator_spec
+from g2po_bench.algorithms.registry import COMMON_OPTIONS, estimator_spec, import_estimator_module
 from g2po_bench.benchmarks.alfworld.games import TASK_TYPES as ALFWORLD_TASK_TYPES
 
 __all__ = [
@@ -134,12 +134,28 @@ def _baseline_name(cfg: Mapping[str, Any]) -> str:
     return "baseline"
 
 
-def _estimator_spec(name: str):
-    """The registry entry of ``name``, or None when it is not registered here."""
+def _estimator_spec(name: str, module: Any = None):
+    """The registry entry of ``name``, or None when it is not registered here. ``module``: the
+    run's ``algorithm.module``, imported first when ``name`` is not registered (an estimator
+    outside the installed packages, on PYTHONPATH); a module that fails to import gives None."""
     try:
         return estimator_spec(name)
     except ValueError:
-        return None
+        pass
+    if isinstance(module, str) and module:
+        try:
+            import_estimator_module(module)
+            return estimator_spec(name)
+        except ValueError:
+            return None
+    return None
+
+
+def _run_estimator_spec(cfg: Mapping[str, Any]):
+    """The registry entry of a run's estimator (see :func:`_estimator_spec`), or None."""
+    name = str(get_path(cfg, "algorithm.name", "") or "")
+    module = get_path(cfg, "algorithm.module")
+    return _estimator_spec(name, module) or _estimator_spec(name.lower())
 
 
 def _algorithm_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -158,7 +174,7 @@ def method_name(cfg: Mapping[str, Any]) -> str:
         raw = _baseline_name(cfg)
         return BASELINE_NAMES.get(raw.lower(), raw)
     name = str(get_path(cfg, "algorithm.name", "") or "")
-    spec = _estimator_spec(name) or _estimator_spec(name.lower())
+    spec = _run_estimator_spec(cfg)
     if spec is None:
         return name or "unknown"
     return spec.display_label(_algorithm_options(cfg))
@@ -192,8 +208,7 @@ def variant_of(cfg: Mapping[str, Any]) -> str:
     options = get_path(cfg, "algorithm.options") or {}
     if isinstance(options, Mapping):
         parts.extend(f"{k}={_fmt_value(v)}" for k, v in options.items())
-    name = str(get_path(cfg, "algorithm.name", "") or "")
-    spec = _estimator_spec(name) or _estimator_spec(name.lower())
+    spec = _run_estimator_spec(cfg)
     common = spec.variant_options if spec is not None else tuple(COMMON_OPTIONS)
     defaults = spec.defaults if spec is not None else COMMON_OPTIONS
     env = get_path(cfg, "env.name")

@@ -149,6 +149,14 @@ def test_algorithm_module_imports_an_estimator_before_validation(tmp_path, monke
         load_config(overrides=["algorithm.module=mod_est_broken"])
     with pytest.raises(ConfigError, match="mod_est_dep.*found but failed.*no_such_dependency"):
         load_config(overrides=["algorithm.module=mod_est_dep"])
+    # the report names a run of such a module by its registered label: it imports the run's module
+    from g2po_bench.analysis.naming import method_name
+
+    (tmp_path / "mod_est_label.py").write_text(ESTIMATOR_MODULE.format(name="mod_est_label", label="Labelled"))
+    run_cfg = {"algorithm": {"name": "mod_est_label", "module": "mod_est_label"}}
+    assert method_name({"algorithm": {"name": "mod_est_label"}}) == "mod_est_label"  # not imported yet
+    assert method_name(run_cfg) == "Labelled"
+    assert method_name({"algorithm": {"name": "gone", "module": "mod_est_broken"}}) == "gone"
     # the key is in the hash once set, and out of it at its default (run ids of older configs)
     base = load_config()
     assert config_hash(load_config(overrides=["algorithm.module=mod_est_half"])) != config_hash(base)
