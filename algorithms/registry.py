@@ -34,6 +34,7 @@ Public API
 - :func:`check_options` -- validate an options dict (unknown name, wrong type, bad choice).
 - :func:`estimate` -- run an estimator; returns :class:`AdvantageResult`.
 - :func:`oracle_estimate` -- run its per-row oracle (where one is registered).
+- :func:`trial_estimate` -- run it once on a small synthetic batch (the config load's check).
 - :func:`compute_advantages` -- ``estimate(...).advantages``.
 - :func:`describe_estimators` -- a text listing (what ``g2po algorithms`` prints).
 
@@ -111,6 +112,7 @@ __all__ = [
     "check_inputs",
     "estimate",
     "oracle_estimate",
+    "trial_estimate",
     "compute_advantages",
     "describe_estimators",
     "in_range",
@@ -520,9 +522,10 @@ def estimator_spec(name: str) -> EstimatorSpec:
     try:
         return _REGISTRY[name]
     except KeyError:
+        failed = "".join(f"; {label} failed to load ({err})" for label, err in sorted(_LOAD_ERRORS.items()))
         raise ValueError(
             f"unknown advantage estimator {name!r}; registered estimators: "
-            f"{', '.join(sorted(_REGISTRY))}"
+            f"{', '.join(sorted(_REGISTRY))}{failed}"
         ) from None
 
 
@@ -808,6 +811,37 @@ def estimate(name: str, batch: StepBatch, *, inputs: Mapping[str, Any] | None = 
     diag["adv_std"] = float(adv.std()) if adv.size else 0.0
     result.diagnostics = diag
     return result
+
+
+def trial_estimate(name: str, options: Mapping[str, Any] | None = None) -> AdvantageResult:
+    """Run estimator ``name`` once on a small synthetic batch (2 task groups of 3 trajectories,
+    at most 4 steps each, with every input it declares): the check a config load does so that an
+    estimator that crashes or returns the wrong shape fails before any work starts, not after the
+    warm start (docs/design-notes.md "Rules of the house").
+
+    Args:
+        name: a registered estimator.
+        options: its options (defaults filled in).
+
+    Returns:
+        The :class:`AdvantageResult` of :func:`estimate` on the synthetic batch.
+
+    Raises:
+        ValueError, TypeError: what :func:`estimate` raises; any other exception of the
+            estimator's own code is re-raised as ValueError naming the file and line.
+    """
+    from g2po_bench.algorithms.synthetic import random_step_batch, synthetic_inputs
+
+    rng = np.random.default_rng(0)
+    batch = random_step_batch(rng, num_groups=2, group_size=3, max_steps=4, num_states=3)
+    inputs = synthetic_inputs(batch, estimator_inputs(name, options), rng)
+    try:
+        return estimate(name, batch, inputs=inputs, **dict(options or {}))
+    except (TypeError, ValueError):
+        raise
+    except Exception as exc:
+        raise ValueError(f"estimator {name!r} failed on a small synthetic batch: "
+                         f"{_where(exc)}{type(exc).__name__}: {exc}") from None
 
 
 def oracle_estimate(name: str, batch: StepBatch, *, inputs: Mapping[str, Any] | None = None,

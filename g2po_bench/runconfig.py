@@ -20,6 +20,7 @@ from g2po_bench.algorithms.registry import (
     estimator_inputs,
     estimator_spec,
     import_estimator_module,
+    trial_estimate,
 )
 from g2po_bench.benchmarks.registry import benchmark_names, get_benchmark, preset_file, preset_files
 from g2po_bench.core.config import OPENRLHF_LACKS, ConfigError, RunConfig, parse_config, require
@@ -66,7 +67,8 @@ def load_config(
 def check_run_config(cfg: RunConfig) -> None:
     """The checks a schema cannot do: ``env.name`` is a registered benchmark and its own settings
     hold, ``algorithm.module`` (if set) imports, ``algorithm.name`` is a registered estimator, its
-    options hold and the backend records the inputs it declares; resolves
+    options hold, it runs on a small synthetic batch (:func:`~g2po_bench.algorithms.registry.trial_estimate`)
+    and the backend records the inputs it declares; resolves
     ``env.prompt=auto`` (the benchmark's default style) and ``env.state_key=auto`` (the
     estimator's rule), in place.
 
@@ -91,6 +93,11 @@ def check_run_config(cfg: RunConfig) -> None:
         check_options(cfg.algorithm.name, dict(cfg.algorithm.options))
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"bad value for config key 'algorithm.options': {exc}") from None
+    try:
+        trial_estimate(cfg.algorithm.name, dict(cfg.algorithm.options))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"bad value for config key 'algorithm.name': {cfg.algorithm.name!r} fails on a "
+                          f"small synthetic batch, before any work: {exc}") from None
     if cfg.backend == "openrlhf":
         # inputs the OpenRLHF backend's rollouts (vLLM sampling) do not carry
         lacking = [k for k in estimator_inputs(cfg.algorithm.name, dict(cfg.algorithm.options)) if k in OPENRLHF_LACKS]

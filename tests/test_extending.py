@@ -149,6 +149,20 @@ def test_algorithm_module_imports_an_estimator_before_validation(tmp_path, monke
         load_config(overrides=["algorithm.module=mod_est_broken"])
     with pytest.raises(ConfigError, match="mod_est_dep.*found but failed.*no_such_dependency"):
         load_config(overrides=["algorithm.module=mod_est_dep"])
+    # an estimator that returns the wrong shape, or crashes, fails at the config load (before the
+    # warm start), naming what came back or the file and line
+    (tmp_path / "mod_est_shape.py").write_text(
+        "import numpy as np\nfrom g2po_bench.algorithms.registry import AdvantageResult, register_estimator\n"
+        "@register_estimator('mod_est_shape')\ndef f(batch):\n    return AdvantageResult(np.zeros(len(batch) + 1))\n")
+    (tmp_path / "mod_est_crash.py").write_text(
+        "from g2po_bench.algorithms.registry import register_estimator\n"
+        "@register_estimator('mod_est_crash')\ndef f(batch):\n    return batch.no_such_field\n")
+    with pytest.raises(ConfigError, match=r"algorithm.name.*'mod_est_shape' fails on a small synthetic batch.*"
+                                          r"advantages of shape \(21,\), expected \(20,\)"):
+        load_config(overrides=["algorithm.name=mod_est_shape", "algorithm.module=mod_est_shape"])
+    with pytest.raises(ConfigError, match=r"'mod_est_crash' fails on a small synthetic batch.*"
+                                          r"mod_est_crash.py:4: AttributeError"):
+        load_config(overrides=["algorithm.name=mod_est_crash", "algorithm.module=mod_est_crash"])
     # the report names a run of such a module by its registered label: it imports the run's module
     from g2po_bench.analysis.naming import method_name
 
@@ -267,6 +281,10 @@ def test_a_broken_entry_point_is_reported_not_raised(monkeypatch, clean_registry
         registry.discover_estimators()
     assert "g2po" in registry.available_estimators()
     assert "not loaded: entry point broken" in registry.describe_estimators()
+    # asking for the estimator the package would have registered names the failed load
+    with pytest.raises(ValueError, match=r"unknown advantage estimator 'broken_est'.*; entry point broken = "
+                                         r"no_such_package.module failed to load \(ImportError: no module named"):
+        registry.estimator_spec("broken_est")
 
 
 @pytest.mark.parametrize("name", ["crbc", "hgpo", "graphgpo", "empg"])
