@@ -90,6 +90,7 @@ from typing import Any
 
 import numpy as np
 
+from g2po_bench.algorithms.synthetic import random_step_batch, synthetic_inputs
 from g2po_bench.core.batch import StepBatch
 
 __all__ = [
@@ -830,8 +831,6 @@ def trial_estimate(name: str, options: Mapping[str, Any] | None = None) -> Advan
         ValueError, TypeError: what :func:`estimate` raises; any other exception of the
             estimator's own code is re-raised as ValueError naming the file and line.
     """
-    from g2po_bench.algorithms.synthetic import random_step_batch, synthetic_inputs
-
     rng = np.random.default_rng(0)
     batch = random_step_batch(rng, num_groups=2, group_size=3, max_steps=4, num_states=3)
     inputs = synthetic_inputs(batch, estimator_inputs(name, options), rng)
