@@ -15,7 +15,6 @@ from pathlib import Path
 
 from g2po_bench.algorithms.registry import (
     INPUTS,
-    available_estimators,
     check_options,
     estimator_inputs,
     estimator_spec,
@@ -86,9 +85,10 @@ def check_run_config(cfg: RunConfig) -> None:
             import_estimator_module(cfg.algorithm.module)
         except ValueError as exc:
             raise ConfigError(f"bad value for config key 'algorithm.module': {exc}") from None
-    estimators = available_estimators()
-    require(cfg.algorithm.name in estimators, "algorithm.name",
-            f"{cfg.algorithm.name!r}; registered estimators: {', '.join(estimators)}")
+    try:
+        estimator_spec(cfg.algorithm.name)
+    except ValueError as exc:  # unknown: the message lists the registered ones and any failed entry point
+        raise ConfigError(f"bad value for config key 'algorithm.name': {exc}") from None
     try:
         check_options(cfg.algorithm.name, dict(cfg.algorithm.options))
     except (TypeError, ValueError) as exc:

@@ -285,6 +285,11 @@ def test_a_broken_entry_point_is_reported_not_raised(monkeypatch, clean_registry
     with pytest.raises(ValueError, match=r"unknown advantage estimator 'broken_est'.*; entry point broken = "
                                          r"no_such_package.module failed to load \(ImportError: no module named"):
         registry.estimator_spec("broken_est")
+    from g2po_bench.core.config import ConfigError
+    from g2po_bench.runconfig import load_config
+
+    with pytest.raises(ConfigError, match=r"algorithm.name.*'broken_est'.*entry point broken = no_such_package"):
+        load_config(overrides=["algorithm.name=broken_est"])
 
 
 @pytest.mark.parametrize("name", ["crbc", "hgpo", "graphgpo", "empg"])
