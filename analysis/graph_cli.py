@@ -148,8 +148,8 @@ def report_state_graphs(runs, fig_dir: str | os.PathLike) -> tuple[list[tuple[st
 
     Returns:
         ``(drawn, not_drawn)``: ``(run_id, GroupDrawing)`` per drawn run, and one line per G2PO
-        run without a drawing (no step tables: trained with ``record_graphs=false``; or the
-        error met). Never raises for one run's problem.
+        run without a drawing (no step tables: trained with ``record_graphs=false`` or copied
+        without ``steps/``; or the error met). Never raises for one run's problem.
     """
 
     drawn: list[tuple[str, GroupDrawing]] = []
@@ -159,7 +159,8 @@ def report_state_graphs(runs, fig_dir: str | os.PathLike) -> tuple[list[tuple[st
     for _, r in runs[runs["algorithm"] == "g2po"].iterrows():
         run_id, path = str(r["run_id"]), Path(str(r["path"]))
         if not recorded_iterations(path):
-            missing.append(f"state graph of `{run_id}`: no step tables (trained with record_graphs=false)")
+            missing.append(f"state graph of `{run_id}`: no step tables in its folder (trained with "
+                           "record_graphs=false, or its record was copied without `steps/`)")
             continue
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id)
         try:

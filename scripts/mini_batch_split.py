@@ -13,7 +13,7 @@ weights, and with them every later episode, differ from the recorded run's.
 
 Usage::
 
-    python scripts/mini_batch_split.py results/proxy/sweep/runs/alfworld-g2po-s0-72187f1c7d [--rule balanced] [-v]
+    python scripts/mini_batch_split.py results/proxy/sweep/runs/alfworld-g2po-s0-1acd082ae3 [--rule fixed] [-v]
 """
 
 from __future__ import annotations

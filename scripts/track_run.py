@@ -14,8 +14,8 @@ Usage::
 ``RUN`` is read only; the tracker files go to ``--out`` (default: ``RUN`` itself). Example, the
 TensorBoard view of a committed CPU-default run (docs/tracking.md)::
 
-    python scripts/track_run.py results/proxy/sweep/runs/alfworld-g2po-s0-72187f1c7d \\
-        --out /tmp/tb/alfworld-g2po-s0-72187f1c7d logging.backends=[tensorboard] logging.graph_every=54
+    python scripts/track_run.py results/proxy/sweep/runs/alfworld-g2po-s0-1acd082ae3 \\
+        --out /tmp/tb/alfworld-g2po-s0-1acd082ae3 logging.backends=[tensorboard] logging.graph_every=54
     tensorboard --logdir /tmp/tb
 
 Exit status 0, or 2 with one line for bad input (no run folder, a bad ``logging`` key).

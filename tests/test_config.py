@@ -86,14 +86,14 @@ def test_keys_added_at_their_default_keep_the_committed_run_ids():
     """config.HASH_NEUTRAL_DEFAULTS: a key added after runs were committed does not enter the hash
     while it holds its default, so each committed cpu_proxy config.yaml still hashes to its folder's
     name (tests/test_sweep_spec.py checks that the spec plans them); set to another value, each
-    key added for issue 39 does enter the hash."""
+    key added since does enter the hash."""
     from pathlib import Path
 
     from g2po_bench.core.config import HASH_NEUTRAL_DEFAULTS
 
     root = Path(__file__).resolve().parents[1] / "results" / "proxy" / "sweep" / "runs"
     committed = sorted(p.name for p in root.iterdir() if p.is_dir())
-    assert "alfworld-g2po-s0-72187f1c7d" in committed and len(committed) == 15
+    assert "alfworld-g2po-s0-1acd082ae3" in committed and len(committed) == 30
     for name in committed:
         cfg = load_config(str(root / name / "config.yaml"))
         cfg.run_id = None

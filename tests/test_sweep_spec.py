@@ -91,42 +91,31 @@ def test_ablation_options_come_from_the_registry(paper):
         ("grpo", "reference"), ("gigpo", "raw"), ("g2po", "reference")}
 
 
-def _cpu_proxy_under(tmp_path, split: str):
-    """The cpu_proxy spec with ``train.mini_batch_split`` set in its base (a copy in tmp_path)."""
-
-    raw = yaml.safe_load(find_spec("cpu_proxy").read_text())
-    raw["base"]["config"].setdefault("train", {})["mini_batch_split"] = split
-    path = tmp_path / "cpu_proxy.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return load_spec(path)
+# the committed comparison (results/proxy/sweep/runs): method folder name -> seeds
+COMMITTED_CPU_PROXY = {m: range(5) for m in ("grpo", "gigpo", "g2po", "crbc", "hgpo", "graphgpo")}
 
 
-def test_cpu_proxy_spec_still_plans_the_committed_runs(tmp_path):
+def test_cpu_proxy_spec_still_plans_the_committed_runs():
     """Run ids are config hashes: a refactor or a new config key that changed them would orphan the
-    committed comparison. results/proxy/sweep/runs ran under ``train.mini_batch_split=fixed`` (the
-    default before ``auto``); the spec with that one key set plans every one of its 15 run ids, and
-    each committed config.yaml hashes to its folder's name. Runs of the current default
-    (results/proxy/next/runs, where present) are planned by the spec as it is."""
+    committed comparison. Every run folder of results/proxy/sweep/runs (5 seeds of each committed
+    method, on the current default, ``train.mini_batch_split=balanced``) is planned by the spec as
+    it is, and each committed config.yaml hashes to its folder's name."""
     from pathlib import Path
 
     from g2po_bench.core.config import resolve_run_id
     from g2po_bench.runconfig import load_config
 
-    proxy = Path(__file__).resolve().parents[1] / "results" / "proxy"
-    ids = sorted(p.name for p in (proxy / "sweep" / "runs").iterdir() if p.is_dir())
-    assert len(ids) == 15 and "alfworld-g2po-s0-72187f1c7d" in ids
-    planned_fixed = {r.run_id for r in expand(_cpu_proxy_under(tmp_path, "fixed"))}
-    assert set(ids) <= planned_fixed, sorted(set(ids) - planned_fixed)
+    runs = Path(__file__).resolve().parents[1] / "results" / "proxy" / "sweep" / "runs"
+    ids = sorted(p.name for p in runs.iterdir() if p.is_dir())
+    present = sorted((i.split("-")[1], int(i.split("-")[2][1:])) for i in ids)
+    assert present == sorted((m, s) for m, seeds in COMMITTED_CPU_PROXY.items() for s in seeds)
     planned = {r.run_id for r in expand(load_spec("cpu_proxy"))}
-    assert not planned & planned_fixed  # the current default (balanced) is another config
+    assert set(ids) <= planned, sorted(set(ids) - planned)
     for run_id in ids:
-        cfg = load_config(proxy / "sweep" / "runs" / run_id / "config.yaml")
-        assert cfg.train.mini_batch_split == "fixed"
+        cfg = load_config(runs / run_id / "config.yaml")
+        assert cfg.train.mini_batch_split == "balanced"
         cfg.run_id = None  # derive it from the config again
         assert resolve_run_id(cfg) == run_id
-    nxt = proxy / "next" / "runs"
-    current = {p.name for p in nxt.iterdir() if p.is_dir()} if nxt.is_dir() else set()
-    assert current <= planned, sorted(current - planned)
 
 
 def test_smoke_spec_runs_anywhere():

@@ -61,16 +61,17 @@ def _wandb_env(monkeypatch, tmp_path):
 
 # ---------------------------------------------------------------------------- config
 def test_the_logging_section_keeps_every_run_id():
-    """logging settings are not in the hash: the committed cpu_proxy runs keep their ids (they ran
-    under train.mini_batch_split=fixed; tests/test_sweep_spec.py checks the spec plans them)."""
+    """logging settings are not in the hash: the committed cpu_proxy runs keep their ids (the
+    current default, ``train.mini_batch_split=balanced``; tests/test_sweep_spec.py checks that the
+    spec plans them), and so do runs under the other mini-batch rule."""
     for split in ("fixed", "balanced"):
         common = ["model.device=cpu", "algorithm.name=g2po", f"train.mini_batch_split={split}"]
         base = load_config(None, common)
         tracked = load_config(None, [*common, *TRACKED, "logging.group=x", "logging.graph_every=3"])
         assert config_hash(base) == config_hash(tracked)
-        if split == "fixed":
-            assert resolve_run_id(tracked) == "alfworld-g2po-s0-72187f1c7d"  # results/proxy/sweep/runs
-    assert (REPO / "results" / "proxy" / "sweep" / "runs" / "alfworld-g2po-s0-72187f1c7d").is_dir()
+        if split == "balanced":
+            assert resolve_run_id(tracked) == "alfworld-g2po-s0-1acd082ae3"  # results/proxy/sweep/runs
+    assert (REPO / "results" / "proxy" / "sweep" / "runs" / "alfworld-g2po-s0-1acd082ae3").is_dir()
 
 
 def test_jsonl_is_always_on_and_bad_values_are_named():

@@ -1,11 +1,11 @@
 """How an iteration's step samples are cut into mini-batches (one optimizer step each).
 
-An iteration of a multi-turn rollout yields a varying number of step samples (the CPU default:
-689-1,108 rows per iteration over 54 iterations, seed 0; ``python scripts/mini_batch_split.py
-results/proxy/sweep/runs/alfworld-g2po-s0-72187f1c7d``: with "fixed", 5 iterations end with a
-mini-batch under 16 rows (1, 11, 15, 4 and 1 rows at iterations 2, 3, 28, 29, 53) and 21 under 64;
-"balanced" cuts all 54 differently, from iteration 1 on, so the default's episodes differ from
-iteration 2 on between the two rules). Cut into consecutive chunks of
+An iteration of a multi-turn rollout yields a varying number of step samples (the CPU default,
+G2PO seed 0: 700-1,037 rows per iteration over 54 iterations; ``python scripts/mini_batch_split.py
+results/proxy/sweep/runs/alfworld-g2po-s0-1acd082ae3``: "fixed" would end 6 of its iterations
+with a mini-batch under 16 rows (12, 13, 1, 15, 14 and 9 rows at iterations 2, 4, 16, 25, 40, 53)
+and 32 under 64, and cut 52 of the 54 differently from "balanced", the run's rule, from
+iteration 1 on). Cut into consecutive chunks of
 ``train.mini_batch_size`` rows, the last chunk holds the remainder, which can be a single row:
 129 rows and a size of 128 give [128, 1], and the one-row step moves the weights about as far as
 a full one (Adam normalises the gradient's scale).
