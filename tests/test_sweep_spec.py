@@ -92,7 +92,7 @@ def test_ablation_options_come_from_the_registry(paper):
 
 
 # the committed comparison (results/proxy/sweep/runs): method folder name -> seeds
-COMMITTED_CPU_PROXY = {m: range(5) for m in ("grpo", "g2po", "crbc", "hgpo", "graphgpo")}
+COMMITTED_CPU_PROXY = {m: range(5) for m in ("grpo", "gigpo", "g2po", "crbc", "hgpo", "graphgpo")}
 
 
 def test_cpu_proxy_spec_still_plans_the_committed_runs():
