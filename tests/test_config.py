@@ -93,7 +93,7 @@ def test_keys_added_at_their_default_keep_the_committed_run_ids():
 
     root = Path(__file__).resolve().parents[1] / "results" / "proxy" / "sweep" / "runs"
     committed = sorted(p.name for p in root.iterdir() if p.is_dir())
-    assert "alfworld-g2po-s0-1acd082ae3" in committed and len(committed) == 30
+    assert "alfworld-g2po-s0-1acd082ae3" in committed and len(committed) == 35
     for name in committed:
         cfg = load_config(str(root / name / "config.yaml"))
         cfg.run_id = None
