@@ -11,7 +11,8 @@ carries everything the rest of the suite needs, so adding an estimator is one ne
   :mod:`g2po_bench.analysis.naming`);
 - its state-key rule (``env.state_key=auto``);
 - the extra per-row **inputs** it needs beyond the StepBatch, named from the fixed vocabulary
-  :data:`INPUTS` (critic ``values``, sampler ``entropies``, ``state_texts``, ``action_texts``);
+  :data:`INPUTS` (critic ``values``, sampler ``entropies``, ``state_texts``, ``action_texts``,
+  ``next_state_key``);
   both trainers and every other tool build them with :func:`rollout_inputs`, with no
   estimator-specific code, and a trainer trains a critic when ``values`` is declared;
 - optionally a slow per-row ``oracle`` (tests and ``g2po bench advantages``).
@@ -189,7 +190,8 @@ class EstimatorInput:
 
     Attributes:
         name: the input's name (the keyword the estimator function receives).
-        kind: ``"float"`` ((B,) float64, finite) or ``"text"`` ((B,) str).
+        kind: ``"float"`` ((B,) float64, finite), ``"text"`` ((B,) str) or ``"key"`` ((B,)
+            int64 hashed state keys, :func:`g2po_bench.core.batch.hash_state_key`).
         description: what it is, with its units.
         source: who supplies it in training (for error messages and ``g2po algorithms``).
         rollout_attribute: the :class:`~g2po_bench.benchmarks.rollout.RolloutBatch` attribute
@@ -227,6 +229,12 @@ INPUTS: dict[str, EstimatorInput] = {
         "the executed action text of each step row (the parser's choice, or its fallback text "
         "for an invalid output), (B,) str",
         "the rollout engine (RolloutBatch.actions)", "actions", "action"),
+    "next_state_key": EstimatorInput(
+        "next_state_key", "key",
+        "the hashed state key (same rule as state_key) of the observation each step led to, (B,) int64: "
+        "the next row's state_key inside a trajectory, and after the last step the observation the "
+        "episode ended on (a failed or truncated episode's real last state)",
+        "the rollout engine (RolloutBatch.next_state_keys)", "next_state_keys", "next_state_key"),
 }
 """The fixed input vocabulary. An estimator declares the names it needs (``inputs=``); trainers
 and tools supply them by these definitions alone (:func:`rollout_inputs`)."""
@@ -603,11 +611,13 @@ def check_inputs(name: str, options: Mapping[str, Any] | None, inputs: Mapping[s
     Inputs the estimator does not declare are dropped (a tool may supply a superset).
 
     Returns:
-        input name -> (n,) float64 (float inputs) or (n,) object array of str (text inputs).
+        input name -> (n,) float64 (float inputs), (n,) int64 (key inputs) or (n,) object array
+        of str (text inputs).
 
     Raises:
         ValueError: a name outside :data:`INPUTS`; a declared input missing, of the wrong length,
-            not finite, negative where it must not be, or (text) holding a non-string.
+            not finite, negative where it must not be, (key) not integers, or (text) holding a
+            non-string.
     """
     inputs = dict(inputs or {})
     unknown = sorted(set(inputs) - set(INPUTS))
@@ -632,6 +642,16 @@ def check_inputs(name: str, options: Mapping[str, Any] | None, inputs: Mapping[s
                                  f"whose {key} were not recorded; supplied by {spec.source})")
             if spec.nonnegative and arr.size and arr.min() < 0:
                 raise ValueError(f"estimator {name!r}: input {key!r} must be >= 0")
+        elif spec.kind == "key":
+            arr = np.asarray(value)
+            if arr.size and arr.dtype.kind == "u" and arr.dtype.itemsize == 8:
+                arr = arr.view(np.int64)
+            if arr.size and arr.dtype.kind not in "iu":
+                raise ValueError(f"estimator {name!r}: input {key!r} must hold hashed state keys (integers; "
+                                 f"g2po_bench.core.batch.hash_state_keys), got dtype {arr.dtype}")
+            arr = arr.astype(np.int64)
+            if arr.shape != (n,):
+                raise ValueError(f"estimator {name!r}: input {key!r} must have shape ({n},), got {arr.shape}")
         else:
             arr = value if isinstance(value, np.ndarray) and value.dtype.kind == "U" else None
             if arr is None:

@@ -17,8 +17,8 @@ import numpy as np
 
 from g2po_bench.core.batch import StepBatch, hash_state_key
 
-__all__ = ["random_step_batch", "reference_batch", "batch_with_rows", "batch_from_trajectories",
-           "synthetic_inputs"]
+__all__ = ["random_step_batch", "reference_batch", "batch_with_rows", "batch_from_trajectories", "next_state_keys",
+           "trajectory_next_keys", "synthetic_inputs"]
 
 
 def random_step_batch(
@@ -190,6 +190,24 @@ def batch_from_trajectories(
     )
 
 
+def trajectory_next_keys(trajectories: Sequence[Mapping[str, Any]]) -> np.ndarray:
+    """The input ``next_state_key`` of :func:`batch_from_trajectories`' batch, same row order.
+
+    Inside a trajectory, step t leads to the key of step t + 1; after the last step, to the
+    trajectory's ``"end"`` key (the observation the episode ended on: an int, or a string hashed
+    with :func:`g2po_bench.core.batch.hash_state_key`), by default a key seen nowhere else.
+
+    Returns:
+        (B,) int64 hashed keys.
+    """
+    out: list[int] = []
+    for pos, tr in enumerate(trajectories):
+        keys = [hash_state_key(k) if isinstance(k, str) else int(k) for k in tr["keys"]]
+        end = tr.get("end", f"end of trajectory {pos}")
+        out += keys[1:] + [hash_state_key(end) if isinstance(end, str) else int(end)]
+    return np.asarray(out, dtype=np.int64)
+
+
 def synthetic_inputs(batch: StepBatch, names: Iterable[str], rng: np.random.Generator, *,
                      num_actions: int = 3) -> dict[str, np.ndarray]:
     """Random estimator inputs (:data:`g2po_bench.algorithms.registry.INPUTS`) for a batch:
@@ -199,7 +217,11 @@ def synthetic_inputs(batch: StepBatch, names: Iterable[str], rng: np.random.Gene
     - ``entropies``: (B,) float64 >= 0, gamma(2, 0.5) nats;
     - ``state_texts``: (B,) str, ``"state <key>"`` (one text per state key);
     - ``action_texts``: (B,) str, ``"action <a>"`` with a uniform in 0..num_actions-1 (so
-      anchors see several distinct actions, as in a real group).
+      anchors see several distinct actions, as in a real group);
+    - ``next_state_key``: (B,) int64, the next row's ``state_key`` inside a trajectory; after a
+      trajectory's last step, the key of a state drawn uniformly from the batch's state keys
+      and one state seen nowhere else (so a failed episode's last observation is sometimes a
+      known state, as in a real group).
 
     Args:
         batch: the StepBatch (B rows).
@@ -224,6 +246,45 @@ def synthetic_inputs(batch: StepBatch, names: Iterable[str], rng: np.random.Gene
             out[name] = np.char.add("state ", batch.state_key.astype(str))
         elif name == "action_texts":
             out[name] = np.char.add("action ", rng.integers(0, num_actions, size=n).astype(str))
+        elif name == "next_state_key":
+            out[name] = next_state_keys(batch, rng)
         else:
             raise ValueError(f"synthetic_inputs: unknown input {name!r}")
+    return out
+
+
+def next_state_keys(batch: StepBatch, rng: np.random.Generator) -> np.ndarray:
+    """A random but consistent ``next_state_key`` input for a batch (the registry's input
+    vocabulary): what the rollout engine records, drawn for tests and benchmarks.
+
+    Inside a trajectory the key of step t is the ``state_key`` of step t + 1; after a
+    trajectory's last step it is, with probability 1/2, the key of a state of the same task
+    group (a known state: a failed episode that ends where another rollout has been) and
+    otherwise a key seen nowhere else in the batch.
+
+    Args:
+        batch: the StepBatch (B rows, any order).
+        rng: numpy Generator.
+
+    Returns:
+        (B,) int64 hashed state keys, in the batch's row order.
+    """
+    n = len(batch)
+    out = np.empty(n, dtype=np.int64)
+    if not n:
+        return out
+    order = np.lexsort((batch.step, batch.traj_id))
+    tid = batch.traj_id[order]
+    last = np.ones(n, dtype=bool)
+    last[:-1] = tid[1:] != tid[:-1]
+    out[order[:-1]] = batch.state_key[order[1:]]
+    ends = order[last]
+    by_group = np.argsort(batch.group_id, kind="stable")
+    groups, first, count = np.unique(batch.group_id[by_group], return_index=True, return_counts=True)
+    g = np.searchsorted(groups, batch.group_id[ends])
+    pick = by_group[first[g] + (rng.random(ends.size) * count[g]).astype(np.int64)]
+    known = rng.random(ends.size) < 0.5
+    fresh = np.fromiter((hash_state_key(f"end of trajectory {int(t)}") for t in batch.traj_id[ends]),
+                        dtype=np.int64, count=ends.size)
+    out[ends] = np.where(known, batch.state_key[pick], fresh)
     return out

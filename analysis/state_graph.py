@@ -141,8 +141,9 @@ def recompute(table: StepTable, estimator: str, options: dict[str, Any] | None =
     The common options (mode, gamma, step weight, penalty, success reward) are the run's; the
     run's estimator-specific options are kept only when ``estimator`` is the run's own; then
     ``options`` override. The estimator's declared inputs (:data:`g2po_bench.algorithms.registry.INPUTS`)
-    come from their step-table columns (``critic_value``, ``entropy``, ``action``: the action
-    texts as recorded, at most 80 characters); an input the table lacks is an error.
+    come from their step-table columns (``critic_value``, ``entropy``, ``next_state_key``,
+    ``action``: the action texts as recorded, at most 80 characters); an input the table lacks
+    is an error.
 
     Args:
         table: the step table.
@@ -174,7 +175,9 @@ def recompute(table: StepTable, estimator: str, options: dict[str, Any] | None =
                 "that needs no such input (g2po, gigpo, grpo, rloo)"
             )
         col = table.frame[column]
-        inputs[key] = col.to_numpy(np.float64) if INPUTS[key].kind == "float" else col.astype(str).to_numpy()
+        kind = INPUTS[key].kind
+        inputs[key] = (col.to_numpy(np.float64) if kind == "float" else col.to_numpy(np.int64) if kind == "key"
+                       else col.astype(str).to_numpy())
     batch = _step_batch(table.frame)
     return estimate(estimator, batch, inputs=inputs, **opts), batch
 

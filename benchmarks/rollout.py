@@ -102,6 +102,11 @@ class RolloutBatch:
             policy call: empty prompt and response tokens); empty when not recorded.
         state_texts_by_rule: state-key texts under other key rules (``collect_rollouts``
             ``key_rules``): rule -> B texts; empty when none were asked for.
+        next_state_texts: B state-key texts of the observation each step led to (the next
+            row's ``state_texts`` entry inside a trajectory; after the last step, the
+            observation the episode ended on); empty when the producer did not record them.
+            :attr:`next_state_keys` hashes them (the estimator input ``next_state_key``).
+        next_state_texts_by_rule: the same under the ``key_rules`` rules: rule -> B texts.
         timing: seconds of the call: ``reset_s``, ``replay_s`` (prefix replays), ``generate_s``
             (policy calls), ``step_s`` (environment steps after policy calls), ``total_s``.
     """
@@ -121,6 +126,8 @@ class RolloutBatch:
     refused: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     replayed: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     state_texts_by_rule: dict[str, list[str]] = field(default_factory=dict)
+    next_state_texts: list[str] = field(default_factory=list)
+    next_state_texts_by_rule: dict[str, list[str]] = field(default_factory=dict)
     timing: dict[str, float] = field(default_factory=dict)
 
     def state_keys_by_rule(self, rule: str) -> np.ndarray:
@@ -134,6 +141,26 @@ class RolloutBatch:
             raise KeyError(f"state keys of rule {rule!r} were not recorded; pass key_rules=({rule!r},) to "
                            "collect_rollouts")
         return hash_state_keys(self.state_texts_by_rule[rule])
+
+    def next_state_keys_by_rule(self, rule: str) -> np.ndarray:
+        """(B,) int64 hashed keys under ``rule`` of the observation each step led to (see
+        ``next_state_texts``).
+
+        Raises:
+            KeyError: ``rule`` was not recorded (``collect_rollouts(key_rules=...)``).
+        """
+        if rule not in self.next_state_texts_by_rule:
+            raise KeyError(f"next state keys of rule {rule!r} were not recorded; pass key_rules=({rule!r},) "
+                           "to collect_rollouts")
+        return hash_state_keys(self.next_state_texts_by_rule[rule])
+
+    @property
+    def next_state_keys(self) -> np.ndarray | None:
+        """(B,) int64 hashed keys of the observation each step led to (the estimator input
+        ``next_state_key``), or None when ``next_state_texts`` were not recorded."""
+        if len(self.next_state_texts) != len(self.state_texts):
+            return None
+        return hash_state_keys(self.next_state_texts)
 
     @property
     def state_labels(self) -> list[str]:
@@ -335,8 +362,10 @@ def collect_rollouts(
         if refusal_stop.stuck(i, o):
             stuck[i] = done = True
         obs[i] = o
+        row["next_state_text"] = o.state_key
         for r in rules:
             keys_now[r][i] = rules[r][i].update(o)
+        row["next_keys"] = {r: keys_now[r][i] for r in rules}
         if o.info.get("crashed"):
             crashed[i] = True
         if o.done:
@@ -442,6 +471,8 @@ def collect_rollouts(
         refused=np.array([r["refused"] for r in rows], dtype=bool),
         replayed=np.array([r["replayed"] for r in rows], dtype=bool),
         state_texts_by_rule={rule: [r["keys"][rule] for r in rows] for rule in rules},
+        next_state_texts=[r["next_state_text"] for r in rows],
+        next_state_texts_by_rule={rule: [r["next_keys"][rule] for r in rows] for rule in rules},
         timing=timing,
     )
 

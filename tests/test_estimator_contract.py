@@ -27,7 +27,7 @@ from g2po_bench.algorithms.registry import (
     estimator_spec,
     oracle_estimate,
 )
-from g2po_bench.algorithms.synthetic import random_step_batch, synthetic_inputs
+from g2po_bench.algorithms.synthetic import next_state_keys, random_step_batch, synthetic_inputs
 from g2po_bench.core.batch import StepBatch
 
 NAMES = available_estimators()
@@ -89,16 +89,17 @@ def test_renumbering_groups_and_trajectories_does_not_matter(name):
 
 
 def _uniform_groups_batch():
-    """Two task groups of identical rollouts (group 10: four one-step successes; group 11:
-    four three-step failures with rewards 0, all actions valid) among random groups; every
-    input of a row depends only on its step, so the members are identical in every input too.
+    """Three task groups of identical rollouts (group 10: four one-step successes; group 11:
+    four three-step failures with rewards 0, all actions valid, ending in the same state;
+    group 12: four three-step successes) among random groups; every input of a row depends
+    only on its step, so the members are identical in every input too.
     Returns (batch, inputs by name, mask of the uniform rows, their (group, step) labels)."""
     rand = random_step_batch(np.random.default_rng(7), num_groups=3, group_size=4, max_steps=5,
                              num_states=4, p_invalid=0.2, p_success=0.5)
     cols = {k: list(v) for k, v in rand.to_dict().items()}
     uniform = [False] * len(rand)
     traj = int(rand.traj_id.max()) + 1
-    for group, keys, success in ((10, [101], True), (11, [201, 202, 203], False)):
+    for group, keys, success in ((10, [101], True), (11, [201, 202, 203], False), (12, [301, 302, 303], True)):
         for _ in range(4):
             for t, key in enumerate(keys):
                 cols["group_id"].append(group)
@@ -119,7 +120,11 @@ def _uniform_groups_batch():
         "state_texts": np.char.add("state ", batch.state_key.astype(str)),
         "action_texts": np.where(uniform, np.char.add("act ", batch.step.astype(str)),
                                  np.char.add("act ", rng.integers(0, 3, size=len(batch)).astype(str))),
+        # the members of a uniform group end in one state (the key after their last step)
+        "next_state_key": np.where(uniform, np.r_[batch.state_key[1:], 0], next_state_keys(batch, rng)),
     }
+    last = np.r_[batch.traj_id[1:] != batch.traj_id[:-1], True]
+    inputs["next_state_key"][uniform & last] = batch.group_id[uniform & last] * 1000 + 999
     return batch, inputs, np.asarray(uniform), batch.group_id * 100 + batch.step
 
 
@@ -133,6 +138,8 @@ def test_a_group_of_equal_rollouts(name):
         np.testing.assert_allclose(adv[sel], adv[sel][0], rtol=0, atol=1e-12)
     if estimator_spec(name).zero_on_uniform_group:
         assert np.abs(adv[uniform]).max() <= 1e-12, adv[uniform]
+    else:  # the declaration is not stronger than needed: some uniform group gets a nonzero advantage
+        assert np.abs(adv[uniform]).max() > 1e-6, f"{name} gives identical rollouts 0: declare zero_on_uniform_group"
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from g2po_bench.algorithms import compute_advantages, estimate
+from g2po_bench.algorithms.registry import estimator_spec
 from g2po_bench.algorithms.synthetic import batch_from_trajectories
 
 EPS = 1e-6
@@ -109,6 +110,21 @@ def test_all_success_and_all_failure_groups_are_exactly_zero():
     b2 = batch_from_trajectories([{"keys": [1, 2], "success": True}] * 2)
     assert np.all(compute_advantages("grpo", b2) == 0.0)
     assert np.all(compute_advantages("gigpo", b2) == 0.0)  # step groups {9.5, 9.5}, {10, 10}
+
+
+def test_g2po_identical_successes_keep_the_edge_term():
+    # 8 identical 3-step successes a -> b -> c -> success, gamma 0.95: V(a) = 10 g^3, V(b) = 10 g^2,
+    # V(c) = 10 g, terminal 10; delta = 10 g^2 (1 - g), 10 g (1 - g), 10 (1 - g) = 0.45125, 0.475,
+    # 0.5, standardized over the group's 24 rows (unbiased std). A_EP = A_NC = 0 (all equal).
+    b = batch_from_trajectories([{"keys": ["a", "b", "c"], "success": True, "traj": i} for i in range(8)])
+    res = estimate("g2po", b)
+    delta = 10 * (1 - 0.95) * np.array([0.95**2, 0.95, 1.0])
+    rows = np.tile(delta, 8)
+    expected = (delta - rows.mean()) / (rows.std(ddof=1) + 1e-6)
+    np.testing.assert_allclose(res.advantages[:3], expected, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(res.advantages[:3], [-1.1885, -0.0205, 1.2090], atol=1e-4)
+    assert np.all(res.row_terms["a_ep"] == 0) and np.all(res.row_terms["a_nc"] == 0)
+    assert not estimator_spec("g2po").zero_on_uniform_group  # the declaration says so
 
 
 # --------------------------------------------------------------------------- RLOO

@@ -307,3 +307,8 @@ def test_the_2026_estimators_train_one_toy_iteration(tmp_path_factory, name):
     if name == "empg":
         assert "entropy" in table.frame.columns and (table.frame["entropy"] > 0).all()
         assert metrics[-1]["adv/entropy_max"] > 0
+    if name == "graphgpo":  # the observation each step led to, the last one included
+        assert table.frame["next_state_key"].dtype == np.int64
+        inner = table.frame["traj_id"].to_numpy()[1:] == table.frame["traj_id"].to_numpy()[:-1]
+        np.testing.assert_array_equal(table.frame["next_state_key"].to_numpy()[:-1][inner],
+                                      table.frame["state_key"].to_numpy()[1:][inner])

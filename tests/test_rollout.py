@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from faulty_toy import faulty_toy
 
+from g2po_bench.algorithms.registry import rollout_inputs
 from g2po_bench.benchmarks.policy import Generation
 from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.rollout import collect_rollouts
@@ -314,3 +315,20 @@ def test_state_keys_of_both_rules_are_recorded_on_the_same_rollouts():
                                  temperature=1.0, max_new_tokens=8, seed=0)
     with pytest.raises(KeyError, match="not recorded"):
         plain.state_keys_by_rule("raw")
+
+
+def test_each_step_records_the_state_it_led_to_and_the_last_one_where_the_episode_ended():
+    tasks = TOY.load_tasks(None, "train")[2:3]  # a corridor of length 4: rooms 0..3, success in room 3
+    script = [act("go east"), act("jump"), act("go east")]
+    with EnvPool("toy", None, 1) as pool:
+        rb = collect_rollouts(SequencePolicy(script), pool, TOY, tasks, group_size=1, max_steps=3, temperature=1.0,
+                              max_new_tokens=8, seed=0, key_rules=("raw",))
+    # truncated at the step limit in room 2: its last step led to room 2, seen nowhere as an anchor
+    assert rb.state_texts == ["room 0", "room 1", "room 1"]
+    assert rb.next_state_texts == ["room 1", "room 1", "room 2"]
+    assert rb.next_state_texts_by_rule["raw"] == rb.next_state_texts
+    np.testing.assert_array_equal(rb.next_state_keys[:-1], rb.steps.state_key[1:])
+    np.testing.assert_array_equal(rb.next_state_keys_by_rule("raw"), rb.next_state_keys)
+    assert not rb.trajectories[0]["success"] and rb.trajectories[0]["truncated"]
+    # the estimator input comes from it with no estimator-specific code
+    np.testing.assert_array_equal(rollout_inputs("graphgpo", {}, rb)["next_state_key"], rb.next_state_keys)

@@ -313,3 +313,20 @@ def test_critic_runs_record_values_so_ppo_can_be_recomputed(tmp_path):
     np.testing.assert_allclose(again.advantages, res.advantages, atol=1e-12)
     rows = compared_rows(table, 1, "ppo")
     assert rows.value_name is None and len(rows.frame) == int((table.frame["group_id"] == 1).sum())
+
+
+def test_graphgpo_runs_record_next_state_keys_so_graphgpo_can_be_recomputed(tmp_path):
+    from fake_rollouts import toy_rollouts
+
+    cfg = load_config(None, ["env.name=toy", "algorithm.name=graphgpo"])
+    rb = toy_rollouts(seed=3, groups=2, group_size=3, max_steps=4)
+    res = step_advantages(cfg, rb)
+    record_step_table(tmp_path, cfg, rb, res, 1)
+    table = read_step_table(tmp_path, 1)
+    np.testing.assert_array_equal(table.frame["next_state_key"].to_numpy(), rb.next_state_keys)
+    again, _ = recompute(table, "graphgpo")
+    np.testing.assert_allclose(again.advantages, res.advantages, atol=1e-12)
+    # a table without the column (recorded before the input existed) names what is missing
+    old = table.frame.drop(columns=["next_state_key"])
+    with pytest.raises(ValueError, match="needs the input 'next_state_key'.*did not record it"):
+        recompute(type(table)(frame=old, meta=table.meta), "graphgpo")

@@ -17,7 +17,12 @@ import pytest
 from g2po_bench.algorithms import estimate
 from g2po_bench.algorithms.estimators.crbc import closure_values
 from g2po_bench.algorithms.registry import check_options, estimator_options
-from g2po_bench.algorithms.synthetic import batch_from_trajectories, random_step_batch
+from g2po_bench.algorithms.synthetic import (
+    batch_from_trajectories,
+    next_state_keys,
+    random_step_batch,
+    trajectory_next_keys,
+)
 
 EPS = 1e-6
 ATOL = 1e-9
@@ -267,9 +272,15 @@ GRAPH = [
 ]
 
 
+def graphgpo(trajectories, **options):
+    """GraphGPO on readable trajectories, each ending where its ``"end"`` key says (default: an
+    observation seen nowhere else)."""
+    b = batch_from_trajectories(trajectories)
+    return estimate("graphgpo", b, inputs={"next_state_key": trajectory_next_keys(trajectories)}, **options)
+
+
 def test_graphgpo_absolute_distance_hand_values():
-    b = batch_from_trajectories(GRAPH)
-    res = estimate("graphgpo", b, distance_gamma=0.5, normalization="mean_norm")
+    res = graphgpo(GRAPH, distance_gamma=0.5, normalization="mean_norm")
     close(res.row_terms["distance"], [3, 2, 1, 3, 4, 3, 2, 4, 1, 1, 1])
     close(res.row_terms["next_distance"], [2, 1, 0, 4, 4, 2, 4, 4, 1, 1, 1])
     # R = 10 * 0.5^d(next) - 0.1 [invalid]:
@@ -288,8 +299,7 @@ def test_graphgpo_absolute_distance_hand_values():
 
 
 def test_graphgpo_relative_distance_and_defaults():
-    b = batch_from_trajectories(GRAPH)
-    res = estimate("graphgpo", b, distance_gamma=0.5, normalization="mean_norm", distance="relative")
+    res = graphgpo(GRAPH, distance_gamma=0.5, normalization="mean_norm", distance="relative")
     # exponent d(next) - d(anchor) + 1: X 0, 0, 0 | Y 2, 1 | Z 0, 3, 1 | U 1, 1 | W 1
     close(res.row_terms["step_return"], [10, 10, 10, 2.5, 5, 9.9, 1.25, 5, 5, 5, 4.9])
     # s0 {10, 2.5, 9.9} mean 22.4/3; s1 {10, 1.25} mean 5.625; s3 {5, 5} -> 0; t0 {5, 4.9}
@@ -308,7 +318,99 @@ def test_graphgpo_relative_distance_and_defaults():
     algo.options = {"distance_gamma": 0.3}  # an explicit option wins
     assert trainer_options(SimpleNamespace(algorithm=algo, env=SimpleNamespace(name="webshop")))["distance_gamma"] == 0.3
     # the common mode is not read: mean_norm there changes nothing
-    close(estimate("graphgpo", b, mode="mean_norm").advantages, estimate("graphgpo", b).advantages)
+    close(graphgpo(GRAPH, mode="mean_norm").advantages, graphgpo(GRAPH).advantages)
+
+
+def test_graphgpo_a_failed_episode_ends_at_its_real_last_observation():
+    # The recipe's minimal case: A goes s0 -> s1 -> success; B takes the same first step and is
+    # cut off at the step limit, so its last observation is s1, A's anchor. gamma_d = 0.1.
+    # d(success) 0, d(s1) 1, d(s0) 2. R: A0 = 10 * 0.1^1 = 1, A1 = 10, B0 = 10 * 0.1^d(s1) = 1.
+    # A_S: s0 {1, 1} equal -> 0; s1 singleton -> 0. A_EP (steps: 10, 10, 0; unbiased std
+    # sqrt(100/3)): B0 = (0 - 20/3) / (10/sqrt(3) + 1e-6) = -1.1547; mean_norm: -20/3.
+    minimal = [{"keys": ["s0", "s1"], "success": True}, {"keys": ["s0"], "success": False, "end": "s1"}]
+    res = graphgpo(minimal)
+    close(res.row_terms["next_distance"], [1, 0, 1])
+    close(res.advantages[2], -(20 / 3) / (10 / np.sqrt(3) + 1e-6))
+    assert res.advantages[2] == pytest.approx(-1.1547, abs=1e-4)
+    close(graphgpo(minimal, normalization="mean_norm").advantages[2], -20 / 3)
+    # read as a dead end (an observation seen nowhere else) B0 leads to d = 3: R = 0.01, and
+    # A_S(s0): {1, 0.01}, B0 = -0.495 / (0.99 / sqrt(2) + 1e-6) = -0.7071 -> -1.8618, what the
+    # suite gave before the input existed
+    dead_end = graphgpo([minimal[0], {"keys": ["s0"], "success": False}])
+    close(dead_end.advantages[2], -(20 / 3) / (10 / np.sqrt(3) + 1e-6) - 0.495 / (0.99 / np.sqrt(2) + 1e-6))
+    assert dead_end.advantages[2] == pytest.approx(-1.8618, abs=1e-4)
+    # a failure that ends where a success started gives the end that node's distance, and the
+    # node's own edges are unchanged: GRAPH with Y ending at s2 (d = 1) instead of a dead end
+    ends_at_s2 = [dict(t) for t in GRAPH]
+    ends_at_s2[1]["end"] = "s2"
+    res = graphgpo(ends_at_s2, distance_gamma=0.5, normalization="mean_norm")
+    # s3 -> s2 is an edge now: d(s3) = 2; Z's end (unseen) stays unreachable: largest (3) + 1
+    close(res.row_terms["distance"], [3, 2, 1, 3, 2, 3, 2, 2, 1, 1, 1])
+    close(res.row_terms["next_distance"], [2, 1, 0, 2, 1, 2, 2, 4, 1, 1, 1])
+
+
+def test_graphgpo_refuses_next_keys_of_another_rule():
+    b = batch_from_trajectories(GRAPH)
+    nxt = trajectory_next_keys(GRAPH)
+    nxt[0] += 1  # X0 does not lead to X1's anchor
+    with pytest.raises(ValueError, match="next_state_key of step 0 of trajectory 0 differs from the state_key "
+                                         "of its step 1"):
+        estimate("graphgpo", b, inputs={"next_state_key": nxt})
+    with pytest.raises(ValueError, match="estimator 'graphgpo' needs input 'next_state_key'"):
+        estimate("graphgpo", b)
+
+
+def _recipe_graphgpo(batch, next_key, gamma_d=0.1, p=0.1, eps=1e-6):
+    """GraphGPO as the authors' recipe computes it, written independently of the suite with
+    networkx: per task group a multigraph of anchor -> next-observation edges ("success" after
+    a success's last step), distances to "success" on unit weights, unreachable nodes at the
+    largest finite distance + 1 (every node at 1 without a success), R = 10 gamma^d(next) - p
+    [invalid], GiGPO's step normalization within equal anchors and GRPO's episode term
+    (mean_std_norm over the group's steps)."""
+    import networkx as nx
+
+    n = len(batch)
+    adv = np.zeros(n)
+    for g in np.unique(batch.group_id):
+        rows = np.flatnonzero(batch.group_id == g)
+        rows = rows[np.lexsort((batch.step[rows], batch.traj_id[rows]))]
+        graph = nx.MultiDiGraph()
+        target = {}
+        for k, i in enumerate(rows):
+            last = k + 1 == len(rows) or batch.traj_id[rows[k + 1]] != batch.traj_id[i]
+            target[i] = "success" if last and batch.success[i] else int(next_key[i])
+            graph.add_edge(int(batch.state_key[i]), target[i])
+        dist = (nx.single_source_shortest_path_length(graph.reverse(), "success")
+                if "success" in graph else {})
+        finite = max(dist.values(), default=0)
+
+        def d(node, dist=dist, finite=finite):
+            return dist.get(node, finite + 1) if dist else 1
+
+        ret = {i: 10 * gamma_d ** d(target[i]) - p * (not batch.action_valid[i]) for i in rows}
+        episode = np.array([10.0 * batch.success[i] - p * (not batch.action_valid[i]) for i in rows])
+        ep = (episode - episode.mean()) / ((episode.std(ddof=1) if len(rows) > 1 else 1.0) + eps)
+        for k, i in enumerate(rows):
+            same = [j for j in rows if batch.state_key[j] == batch.state_key[i]]
+            vals = np.array([ret[j] for j in same])
+            step = 0.0 if len(same) < 2 else (ret[i] - vals.mean()) / (vals.std(ddof=1) + eps)
+            adv[i] = ep[k] + step
+    return adv
+
+
+def test_graphgpo_equals_the_recipe_on_random_groups():
+    rng = np.random.default_rng(7)
+    differs_from_dead_ends = 0
+    for _ in range(60):
+        b = random_step_batch(rng, num_groups=3, group_size=4, max_steps=5, num_states=4)
+        nxt = next_state_keys(b, rng)
+        res = estimate("graphgpo", b, inputs={"next_state_key": nxt})
+        close(res.advantages, _recipe_graphgpo(b, nxt))
+        unseen = nxt.copy()
+        unseen[np.isin(nxt, b.state_key) & ~np.r_[b.traj_id[1:] == b.traj_id[:-1], False]] = 12345
+        differs_from_dead_ends += not np.allclose(
+            res.advantages, estimate("graphgpo", b, inputs={"next_state_key": unseen}).advantages)
+    assert differs_from_dead_ends > 10  # the random groups do exercise ends at known states
 
 
 # --------------------------------------------------------------------------- EMPG

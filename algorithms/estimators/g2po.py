@@ -68,6 +68,12 @@ Interpretations of the paper / the reference code made here:
   reference's ``torch.std`` of one value is NaN there).
 - Computation is float64; "all members equal" is decided with the tolerance of
   algorithms/normalize.py (std <= 1e-12 (1 + |mean|)), so exact-arithmetic ties give exactly 0.
+- A task group of identical rollouts does not get advantage 0 when they succeed in more than
+  one step (registered with ``zero_on_uniform_group=False``): A_EP and A_NC are 0 there, but the
+  TD errors delta_i = V(succ(i)) - V(node(i)) differ from step to step (e.g. 10 (1 - gamma) on
+  the last step, gamma^k 10 (1 - gamma) k steps earlier) and A_EC standardizes them over the
+  whole group, as the reference code does (8 identical 3-step successes: A_EC = -1.19, -0.02,
+  +1.21 per step). Identical members still get identical advantages, step for step.
 
 Diagnostics: ``singleton_frac``, ``node_size_mean``, ``node_size_max``, ``nodes_per_group``,
 ``edges_per_group`` (terminal edges included), ``node_return_var_mean`` (within-node variance
@@ -235,6 +241,7 @@ def oracle_g2po(batch: StepBatch, **o) -> np.ndarray:
     check=_check,
     label="G2PO",
     oracle=oracle_g2po,
+    zero_on_uniform_group=False,  # the edge-centric TD errors differ by step (module docstring)
     description="G2PO: GRPO episode term + node-centric and edge-centric terms on the group state graph",
 )
 def g2po(

@@ -4,8 +4,10 @@ Source: GraphGPO, distance-to-goal on the group graph (arXiv 2605.26684, ICML 20
 semantics of the authors' public recipe code).
 
 Per task group g: a directed multigraph with one edge anchor(i) -> next(i) per row, where
-next(i) is the anchor of the next row of the trajectory; the final row of a successful
-episode points to a sentinel node "success"::
+next(i) is the state the step led to (the input ``next_state_key``: the anchor of the next row
+of the trajectory, and after the last step of a failed or truncated episode the real
+observation it ended on); the final row of a successful episode points to a sentinel node
+"success"::
 
     d(n)     = hop distance from node n to "success" (reverse breadth-first search, unit
                weights; d(success) = 0)
@@ -26,13 +28,16 @@ ALFWorld (the default), 0.20 on WebShop (``env_defaults``); the common ``gamma``
 Anchors are the raw observations (``state_key="raw"``: the recipe code builds on verl-agent's
 GiGPO anchor observations; ``env.state_key=auto`` resolves to it).
 
-Interpretations made here: the recipe's failed episodes keep their real last observation as
-the last edge's target; the StepBatch does not carry the observation after an episode's last
-step, so that target is a node of its own, without outgoing edges (unreachable: d = largest
-finite + 1; or 1 in a group without success). It can therefore not shorten another node's
-distance, which the recipe's graph can when that last observation is also some other row's
-anchor. With no success in the group the distance part of R is constant; the invalid-action
-penalty still separates invalid rows in their step groups (as in GiGPO).
+A failed or truncated episode's last edge ends at its real last observation, as in the
+recipe (``next_obs``, ``recipe/GraphGPO/core_graph.py``): when another rollout of the group
+was in that state, the edge ends at that node and the step gets that node's distance; a last
+observation seen nowhere else is a node without outgoing edges (unreachable: d = largest
+finite + 1; or 1 in a group without success). The StepBatch carries no observation after an
+episode's last step, hence the input ``next_state_key`` (the rollout engine records it,
+:attr:`g2po_bench.benchmarks.rollout.RolloutBatch.next_state_keys`); inside a trajectory it
+must equal the next row's ``state_key`` (same state-key rule), else ValueError. With no
+success in the group the distance part of R is constant; the invalid-action penalty still
+separates invalid rows in their step groups (as in GiGPO).
 
 Vectorized: the distances of every task group come from one multi-source breadth-first search
 over the batch's distinct edges (one numpy pass per distance level, at most the longest
@@ -77,8 +82,8 @@ def goal_distances(node: np.ndarray, succ: np.ndarray, node_group: np.ndarray, n
 
     Args:
         node: (B,) int64 anchor node of every row (nodes of different groups distinct).
-        succ: (B,) int64 target of every row's edge: a node id, ``num_nodes + g`` (the success
-            sentinel of group g) or -1 (no target: the end of a failed episode).
+        succ: (B,) int64 target of every row's edge: a node id or ``num_nodes + g`` (the
+            success sentinel of group g); -1 (no edge) is skipped.
         node_group: (num_nodes,) int64 task group of every node.
         num_groups: number of task groups; num_nodes: number of nodes.
 
@@ -144,20 +149,20 @@ def _oracle_group_distances(grows: list[dict[str, Any]], goal: Any):
 
 
 def oracle_graphgpo(batch: StepBatch, **o) -> np.ndarray:
-    """Per-row oracle: one adjacency dict and a deque breadth-first search per task group.
+    """Per-row oracle: one adjacency dict and a deque breadth-first search per task group, the
+    edge of row i ending at ``next_state_key[i]`` ("success" after a success's last step).
     (B,) float64 advantages."""
     p, norm, eps = o["invalid_penalty"], o["normalization"], o["eps"]
     gamma_d, big_r = o["distance_gamma"], o["success_reward"]
+    next_key = np.asarray(o["next_state_key"], dtype=np.int64)
     rows = rw.rows_of(batch)
     trajs = rw.trajectories_of(rows)
     ep = rw.episode_term(rows, norm, p, o["episode_stat"], eps)
-    goal, dead = "SUCCESS", "DEAD"
+    goal = "SUCCESS"
     for tr in trajs.values():
         for k, row in enumerate(tr):
-            if k + 1 < len(tr):
-                row["next"] = tr[k + 1]["key"]
-            else:
-                row["next"] = goal if row["success"] else (dead, row["i"])
+            last = k + 1 == len(tr)
+            row["next"] = goal if last and row["success"] else int(next_key[row["i"]])
     by_group: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         by_group[row["group"]].append(row)
@@ -188,6 +193,7 @@ def oracle_graphgpo(batch: StepBatch, **o) -> np.ndarray:
     choices={"distance": DISTANCES, "normalization": MODES, "episode_stat": EPISODE_STATS},
     validators={"distance_gamma": in_range(0.0, 1.0), "eps": in_range(0.0, lo_open=True)},
     label="GraphGPO",
+    inputs=("next_state_key",),
     oracle=oracle_graphgpo,
     description="GraphGPO: GRPO episode term + return discounted by the distance to the goal on the group graph",
 )
@@ -202,11 +208,14 @@ def graphgpo(
     normalization: str,
     episode_stat: str,
     eps: float,
+    next_state_key: np.ndarray,
 ) -> AdvantageResult:
     """GraphGPO advantages A = A_EP + w A_S (equations: the module docstring).
 
     Args:
         batch: the StepBatch, B rows.
+        next_state_key: (B,) int64, the input of that name: the hashed key (the rule of
+            ``batch.state_key``) of the observation each step led to.
         step_weight: w (1.0).
         invalid_penalty: p (0.1).
         success_reward: the reward of reaching "success" (10.0).
@@ -219,24 +228,32 @@ def graphgpo(
     Returns:
         AdvantageResult: advantages (B,) float64 in row order, returns None, diagnostics and
         row terms (module docstring).
+
+    Raises:
+        ValueError: ``next_state_key`` of a step inside a trajectory differs from the next
+            row's ``state_key`` (keys of another state-key rule, or of other rollouts).
     """
     prep = prepare(batch)
     n = prep.n
     a_ep = episode_advantage(prep, mode=normalization, invalid_penalty=invalid_penalty,
                              episode_stat=episode_stat, eps=eps)
-    kid, num_keys = factorize(prep.state_key)
-    node, num_nodes = factorize_pairs(prep.group, prep.num_groups, kid, num_keys)
+    nxt = prep.from_original(np.asarray(next_state_key, dtype=np.int64))
+    _check_next_keys(batch, prep, nxt)
+    # nodes: the anchors and the last observations of the episodes, per task group
+    last = prep.is_last
+    kid, num_keys = factorize(np.concatenate((prep.state_key, nxt[last])))
+    node_all, num_nodes = factorize_pairs(np.concatenate((prep.group, prep.group[last])), prep.num_groups,
+                                          kid, num_keys)
+    node = node_all[:n]
     node_group = np.zeros(num_nodes, dtype=np.int64)
-    node_group[node] = prep.group
+    node_group[node_all] = np.concatenate((prep.group, prep.group[last]))
     succ = np.empty(n, dtype=np.int64)
     if n:
         succ[:-1] = node[1:]
-        last = prep.is_last
-        succ[last] = np.where(prep.success[last], num_nodes + prep.group[last], -1)
-    dist, unreachable, reaches = goal_distances(node, succ, node_group, prep.num_groups, num_nodes)
+        succ[last] = np.where(prep.success[last], num_nodes + prep.group[last], node_all[n:])
+    dist, _, reaches = goal_distances(node, succ, node_group, prep.num_groups, num_nodes)
     d_here = dist[node]
-    # the end of a failed episode has no target node: unreachable (or 1 without success)
-    d_next = np.where(succ >= 0, dist[np.maximum(succ, 0)], unreachable[prep.group])
+    d_next = dist[succ]
     exponent = d_next if distance == "absolute" else d_next - d_here + 1.0
     ret = success_reward * np.power(distance_gamma, exponent) - invalid_penalty * prep.invalid
     a_s = group_normalize(ret, node, num_nodes, normalization, eps=eps, singleton="zero")
@@ -255,3 +272,16 @@ def graphgpo(
         diagnostics=diag,
         row_terms={k: prep.to_original(x) for k, x in terms.items()},
     )
+
+
+def _check_next_keys(batch: StepBatch, prep, nxt: np.ndarray) -> None:
+    """Raise ValueError when a step's ``next_state_key`` inside a trajectory is not the next
+    row's ``state_key`` (in canonical order the row after a non-final row is its next step)."""
+    bad = np.flatnonzero(~prep.is_last[:-1] & (nxt[:-1] != prep.state_key[1:]))
+    if bad.size:
+        row = int(bad[0]) if prep.order is None else int(prep.order[bad[0]])
+        raise ValueError(
+            f"graphgpo: next_state_key of step {int(batch.step[row])} of trajectory {int(batch.traj_id[row])} "
+            f"differs from the state_key of its step {int(batch.step[row]) + 1}; next_state_key must be hashed with "
+            "the same state-key rule as state_key (RolloutBatch.next_state_keys, or next_state_keys_by_rule(rule) "
+            "for the rule of the batch's keys)")

@@ -393,6 +393,7 @@ def run_study(cfg, policy, pool, bench, tasks: Sequence[Task], settings: CreditS
                                    action_valid=st.action_valid) for rule in STATE_KEY_RULES}
         inputs = {"values": values_fn(rb) if values_fn is not None else None,
                   "state_texts": rb.state_texts_by_rule,
+                  "next_state_key": {rule: rb.next_state_keys_by_rule(rule) for rule in rb.next_state_texts_by_rule},
                   "entropies": rb.entropies if len(rb.entropies) == len(st) else None,
                   "action_texts": rb.actions if len(rb.actions) == len(st) else None}
         advantages: dict[str, np.ndarray] = {}

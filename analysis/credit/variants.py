@@ -128,7 +128,8 @@ def variant_advantages(variant: Variant, batches: Mapping[str, StepBatch], commo
             ``success_reward``) of the study's config.
         inputs: the inputs an estimator may declare (:data:`g2po_bench.algorithms.registry.INPUTS`):
             ``"values"`` (B,) float64 critic values V(s_t) or None; ``"state_texts"`` rule -> B
-            state-key texts; ``"entropies"`` (B,) float64 mean token entropies (NaN where the
+            state-key texts; ``"next_state_key"`` rule -> (B,) int64 keys of the observation each
+            step led to; ``"entropies"`` (B,) float64 mean token entropies (NaN where the
             policy reports none); ``"action_texts"`` B action texts.
 
     Returns:
@@ -146,10 +147,12 @@ def variant_advantages(variant: Variant, batches: Mapping[str, StepBatch], commo
     given: dict[str, Any] = {}
     for key in estimator_inputs(variant.estimator, options):
         value = inputs.get(key)
-        if key == "state_texts" and value is not None:
-            value = value[rule]
+        if key in ("state_texts", "next_state_key") and value is not None:
+            value = value[rule]  # recorded per state-key rule
         if value is None or (INPUTS[key].kind == "float" and not np.all(np.isfinite(np.asarray(value, dtype=float)))):
             raise MissingInput(f"{variant.name}: needs {key} ({INPUTS[key].description}), which this study's "
                                f"policy does not supply (source in training: {INPUTS[key].source})")
-        given[key] = np.asarray(value, dtype=np.float64) if INPUTS[key].kind == "float" else list(value)
+        kind = INPUTS[key].kind
+        given[key] = (np.asarray(value, dtype=np.float64) if kind == "float" else np.asarray(value, dtype=np.int64)
+                      if kind == "key" else list(value))
     return estimate(variant.estimator, batches[rule], inputs=given, **options).advantages

@@ -28,6 +28,8 @@ column              dtype      meaning
 ``critic_value``    float64    V(s_t) of the critic (critic estimators only)
 ``entropy``         float64    mean token entropy of the step's response under the sampling
                                policy (estimators that declare the input ``entropies`` only)
+``next_state_key``  int64      hashed key of the observation the step led to (estimators that
+                               declare the input ``next_state_key``: GraphGPO)
 ``return``          float64    the estimator's value targets (critic estimators only)
 ==================  =========  ==============================================================
 
@@ -56,6 +58,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "STEPS_DIRNAME",
     "BASE_COLUMNS",
+    "TYPED_COLUMNS",
     "StepTable",
     "step_table_path",
     "recorded_iterations",
@@ -83,6 +86,9 @@ BASE_COLUMNS: dict[str, str] = {
     "task_type": "string",
     "advantage": "float64",
 }
+
+#: optional columns that are not float64 (every other optional column is a float64 quantity).
+TYPED_COLUMNS: dict[str, str] = {"next_state_key": "int64"}
 
 
 @dataclass
@@ -169,7 +175,7 @@ def write_step_table(
         frame[col] = frame[col].astype(dtype)
     for col in frame.columns:
         if col not in BASE_COLUMNS:
-            frame[col] = frame[col].astype("float64")
+            frame[col] = frame[col].astype(TYPED_COLUMNS.get(col, "float64"))
     try:
         blob = json.dumps({**meta, "schema_version": SCHEMA_VERSION, "iteration": int(iteration)},
                           sort_keys=True)
