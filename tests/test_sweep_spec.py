@@ -151,8 +151,30 @@ def test_cpu_proxy_spec_is_the_default_with_seven_estimators_and_five_seeds():
     assert all(r.resources.gpus == 0 for r in runs)
 
 
+def test_cpu_ablation_reuses_the_committed_main_cells_and_ablates_one_axis_each():
+    """The ablation's g2po and grpo cells are the cpu_proxy runs, id for id (the committed
+    comparison's records serve both); each ablated cell changes one setting of its main cell."""
+    ablation = expand(load_spec("cpu_ablation"))
+    proxy = {r.run_id for r in expand(load_spec("cpu_proxy"))}
+    main = {r.run_id for r in ablation if r.labels["method"] in ("g2po", "grpo")}
+    assert len(main) == 10 and main <= proxy
+    new = [r for r in ablation if r.run_id not in proxy]
+    assert len(new) == 15 and {r.labels["method"] for r in new} == {"g2po_no_aggregation", "g2po_mean_norm",
+                                                                     "grpo_mean_norm"}
+    by_cell = {(r.labels["method"], r.seed): _cfg(r) for r in ablation}
+    for method, main_cell, path, value in (("g2po_no_aggregation", "g2po", ("algorithm", "options"),
+                                            {"aggregation": False}),
+                                           ("g2po_mean_norm", "g2po", ("algorithm", "mode"), "mean_norm"),
+                                           ("grpo_mean_norm", "grpo", ("algorithm", "mode"), "mean_norm")):
+        for seed in range(5):
+            cfg, ref = by_cell[(method, seed)], by_cell[(main_cell, seed)]
+            assert cfg[path[0]][path[1]] == value
+            cfg[path[0]][path[1]] = ref[path[0]][path[1]]
+            assert cfg == ref, method
+
+
 def test_every_spec_in_the_folder_is_covered():
-    assert {p.stem for p in SPEC_DIR.glob("*.yaml")} == set(PAPER_SPECS) | {"smoke", "cpu_proxy"}
+    assert {p.stem for p in SPEC_DIR.glob("*.yaml")} == set(PAPER_SPECS) | {"smoke", "cpu_proxy", "cpu_ablation"}
 
 
 def test_missing_variable_names_the_environment_variable(monkeypatch):
