@@ -14,7 +14,8 @@ and executes the reset/step commands for its slots in order; the workers run in 
 - **Memory**: ``max_episodes`` recycles a worker (a fresh process) once it has started that
   many episodes, at the next reset when none of its slots is in the middle of an episode, so
   no episode is lost and what an environment library keeps per game is released with the
-  process (ALFWorld/TextWorld grow ~1.4 MiB per distinct game).
+  process (ALFWorld's engine bounds what it keeps per game itself,
+  :mod:`g2po_bench.benchmarks.alfworld.engine` "Memory"; recycling bounds anything else).
 
 Failure handling (DEVELOPERS.md "Standards": a crashing environment is restarted and its
 episode recorded as failed):

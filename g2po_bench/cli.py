@@ -52,6 +52,7 @@ from g2po_bench.benchmarks.base import Benchmark
 from g2po_bench.benchmarks.policies import PolicyError
 from g2po_bench.benchmarks.registry import (
     all_benchmarks,
+    benchmark_load_errors,
     benchmark_names,
     get_benchmark,
     preset_files,
@@ -364,6 +365,8 @@ def _main(argv: list[str], console) -> int:
     if args.command == "config" and args.presets:
         for name, path in sorted(preset_files().items()):
             print(f"{name:<20} {path}")
+        for label, why in benchmark_load_errors().items():
+            print(f"not loaded: {label} ({why})")
         return 0
     if args.command == "config":
         if is_baseline_request(args.overrides, args.config):  # the baseline run's config.yaml

@@ -21,7 +21,13 @@ from g2po_bench.algorithms.registry import (
     import_estimator_module,
     trial_estimate,
 )
-from g2po_bench.benchmarks.registry import benchmark_names, get_benchmark, preset_file, preset_files
+from g2po_bench.benchmarks.registry import (
+    benchmark_load_errors,
+    benchmark_names,
+    get_benchmark,
+    preset_file,
+    preset_files,
+)
 from g2po_bench.core.config import OPENRLHF_LACKS, ConfigError, RunConfig, parse_config, require
 
 __all__ = ["load_config", "check_run_config", "resolve_state_key", "preset_names"]
@@ -75,7 +81,8 @@ def check_run_config(cfg: RunConfig) -> None:
         ConfigError: naming the key and how to fix it.
     """
     names = benchmark_names()
-    require(cfg.env.name in names, "env.name", f"{cfg.env.name!r}; choose one of {', '.join(names)}")
+    failed = "".join(f"; {label} failed to load ({why})" for label, why in benchmark_load_errors().items())
+    require(cfg.env.name in names, "env.name", f"{cfg.env.name!r}; choose one of {', '.join(names)}{failed}")
     bench = get_benchmark(cfg.env.name)
     if cfg.env.prompt == "auto":
         cfg.env.prompt = bench.default_prompt_style(cfg)

@@ -232,3 +232,95 @@ def test_a_benchmark_added_as_one_package_with_presets_is_found_and_trains(tmp_p
     assert status["state"] == "done"
     rows = [json.loads(x) for x in (tmp_path / "runs" / "echo" / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [1] and np.isfinite(rows[0]["loss/pg_loss"]) and rows[0]["train/steps"] > 0
+
+
+class _EntryPoint:
+    """A stand-in for an ``importlib.metadata.EntryPoint`` of the group ``g2po.benchmarks``."""
+
+    def __init__(self, name: str, value: str, load):
+        self.name, self.value, self.module = name, value, value.split(":")[0]
+        self._load = load
+
+    def load(self):
+        return self._load()
+
+
+def _missing_package():
+    raise ModuleNotFoundError("No module named 'no_such_bench_pkg'", name="no_such_bench_pkg")
+
+
+def test_a_broken_benchmark_entry_point_is_reported_not_raised(monkeypatch):
+    """An entry point that does not import, one whose BENCHMARK is not a Benchmark and one that
+    takes a built-in's name are each left out with one warning naming it and its error; the
+    built-ins stay, every query gives the same answer, and the unknown-name errors name the
+    failed loads."""
+    import warnings
+    from importlib import metadata
+
+    from g2po_bench.benchmarks import registry
+    from g2po_bench.benchmarks.toy import ToyBenchmark
+
+    class Clash(ToyBenchmark):
+        pass  # name "toy", another object
+
+    eps = [_EntryPoint("bad", "no_such_bench_pkg:BENCHMARK", _missing_package),
+           _EntryPoint("notbench", "g2po_bench.benchmarks.toy:load_tasks", lambda: object()),
+           _EntryPoint("clash", "g2po_bench.benchmarks.toy:BENCHMARK", lambda: Clash())]
+    monkeypatch.setattr(registry, "_FOUND", {})  # discovery runs again, with the entry points below
+    monkeypatch.setattr(registry, "_DISCOVERED", False, raising=False)
+    monkeypatch.setattr(registry, "_LOAD_ERRORS", {}, raising=False)
+    monkeypatch.setattr(metadata, "entry_points",
+                        lambda group=None: list(eps) if group == registry.ENTRY_POINT_GROUP else [])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = get_benchmark("toy")
+        second = get_benchmark("toy")
+        names = benchmark_names()
+    assert first is second and type(first) is ToyBenchmark
+    assert names == sorted(BUILT_IN)
+    messages = sorted(str(w.message) for w in caught if issubclass(w.category, registry.BenchmarkLoadWarning))
+    assert len(messages) == 3, [str(w.message) for w in caught]  # once each, not once per query
+    assert messages[0].startswith("g2po benchmark entry point bad = no_such_bench_pkg:BENCHMARK failed to load "
+                                  "(ModuleNotFoundError: No module named 'no_such_bench_pkg')")
+    assert "entry point clash = g2po_bench.benchmarks.toy:BENCHMARK failed to load (ValueError: benchmark " \
+           "'toy' of entry point 'clash'" in messages[1]
+    assert "entry point notbench = g2po_bench.benchmarks.toy:load_tasks failed to load (TypeError: " in messages[2]
+    assert list(registry.benchmark_load_errors()) == [
+        "entry point bad = no_such_bench_pkg:BENCHMARK",
+        "entry point clash = g2po_bench.benchmarks.toy:BENCHMARK",
+        "entry point notbench = g2po_bench.benchmarks.toy:load_tasks"]
+    with pytest.raises(ValueError, match=r"unknown environment 'bad'; known: alfworld, appworld, toy, webshop; "
+                                         r"entry point bad = no_such_bench_pkg:BENCHMARK failed to load "
+                                         r"\(ModuleNotFoundError: No module named 'no_such_bench_pkg'\)"):
+        get_benchmark("bad")
+    with pytest.raises(ConfigError, match=r"env.name.*'bad'; choose one of alfworld, appworld, toy, webshop; "
+                                          r"entry point bad = no_such_bench_pkg:BENCHMARK failed to load"):
+        load_config(None, ["env.name=bad"])
+    with pytest.raises(ConfigError, match=r"unknown preset 'bad_cpu'.*; entry point bad = no_such_bench_pkg"):
+        load_config(None, [], preset="bad_cpu")
+    assert load_config(None, ["env.name=toy"]).env.name == "toy"
+
+
+def test_a_broken_benchmark_plugin_does_not_stop_the_command(tmp_path):
+    """With an installed package whose ``g2po.benchmarks`` entry point does not import, every
+    command still runs: one ``warning:`` line names the entry point and its error, and
+    ``g2po config --presets`` lists it as not loaded."""
+    site = tmp_path / "site"
+    dist = site / "bad_bench-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: bad-bench\nVersion: 0.1\n", encoding="utf-8")
+    (dist / "entry_points.txt").write_text("[g2po.benchmarks]\nbad = no_such_bench_pkg:BENCHMARK\n",
+                                           encoding="utf-8")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    warning = ("warning: g2po benchmark entry point bad = no_such_bench_pkg:BENCHMARK failed to load "
+               "(ModuleNotFoundError: No module named 'no_such_bench_pkg'); its benchmark and presets are not "
+               "available")
+    for args in (["--help"], ["algorithms"], ["config", "env.name=toy"], ["config", "--presets"]):
+        out = subprocess.run([sys.executable, "-m", "g2po_bench.cli", *args], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, (args, out.stderr[-2000:])
+        assert out.stderr.splitlines().count(warning) == 1, (args, out.stderr[-2000:])
+        assert "Traceback" not in out.stderr, args
+    assert "alfworld_cpu" in out.stdout
+    assert "not loaded: entry point bad = no_such_bench_pkg:BENCHMARK (ModuleNotFoundError: No module named " \
+           "'no_such_bench_pkg')" in out.stdout

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 try:
@@ -34,6 +36,39 @@ def test_a_planted_back_import_breaks_the_contract(tmp_path):
     proc = check_layers.lint(tree)
     assert proc.returncode != 0
     assert "BROKEN" in proc.stdout and "g2po_bench.core.stats -> g2po_bench.cli" in proc.stdout
+
+
+@pytest.mark.parametrize("with_init", [True, False], ids=["package", "folder-without-init"])
+def test_a_planted_back_import_in_a_new_folder_is_caught(tmp_path, with_init):
+    """A new folder of the ground floor whose module climbs up to the CLI: with an ``__init__.py``
+    the contract breaks on that import; without one (import-linter would skip the folder, and
+    setup.py would not install it) the check refuses the folder, naming it."""
+    tree = check_layers.copy_tree(tmp_path / "tree")
+    extra = tree / "g2po_bench" / "core" / "extra"
+    extra.mkdir()
+    (extra / "helper.py").write_text("import g2po_bench.cli  # planted: the ground floor climbs up\n", encoding="utf-8")
+    if with_init:
+        (extra / "__init__.py").write_text("", encoding="utf-8")
+    proc = check_layers.lint(tree)
+    assert proc.returncode != 0, proc.stdout[-4000:]
+    if with_init:
+        assert "BROKEN" in proc.stdout and "g2po_bench.core.extra.helper -> g2po_bench.cli" in proc.stdout
+    else:
+        assert check_layers.folders_without_init(tree) == ["g2po_bench/core/extra"]
+        assert proc.stdout.startswith("REFUSED: g2po_bench/core/extra holds .py files but no __init__.py")
+
+
+def test_the_command_line_refuses_a_folder_without_init(tmp_path):
+    tree = tmp_path / "tree"
+    assert check_layers.main(["--copy-to", str(tree)]) == 0
+    deep = tree / "g2po_bench" / "benchmarks" / "extra" / "inner"
+    deep.mkdir(parents=True)
+    (deep / "__init__.py").write_text("", encoding="utf-8")  # its parent lacks one: still unseen
+    (deep / "helper.py").write_text("X = 1\n", encoding="utf-8")
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_layers.py"), "--tree", str(tree)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "REFUSED: g2po_bench/benchmarks/extra holds .py files but no __init__.py" in proc.stdout
 
 
 def test_a_planted_cycle_between_packages_breaks_the_contract(tmp_path):

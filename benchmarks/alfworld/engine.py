@@ -32,6 +32,17 @@ at the same time (a worker: its slots); every reset loads its task into the libr
 (``load_sas``), so a reused copy plays as a new one. Worker recycling (``env.worker_max_episodes``)
 still bounds what else a worker accumulates.
 
+Memory: what a process keeps per distinct game is bounded. Two things grew with every game played
+(``python -m g2po_bench.benchmarks.worker_memory``; one environment: 67 -> 427 MiB RSS over 128
+official games; a worker of the CPU default, 64 slots playing 16 generated games per round as in a
+training iteration: 168 -> 210 MiB from the 2nd to the 20th round): the per-game memos below kept
+the translations of 64 games (~2 MB per official scene, ~0.5 MB per generated one) and now keep 16
+(:data:`SAS_CACHE_SIZE`); and textworld interns every ``Proposition`` it builds in ``mementos``'
+process-wide cache, which is never emptied, while a game's facts name its own objects, so each
+game added its facts for good (~60 KB per generated game): loading a new game now drops them
+(:func:`release_interned_facts`). The same measurements now level off: 174 MiB after 128 official
+games, 161 -> 166 MiB from the 2nd to the 20th round.
+
 Pitfalls handled here:
 - ``fast_downward.pddl2sas`` overwrites ``sys.argv`` (it fakes a command line for its option
   parser); the cached wrapper restores it, so pytest/CLI arguments survive.
@@ -63,6 +74,7 @@ __all__ = [
     "install_caches",
     "uninstall_caches",
     "release_downward_lib",
+    "release_interned_facts",
     "mapped_downward_libs",
     "forget_games",
     "load_parsed_game",
@@ -81,9 +93,13 @@ TASK_PREFIX = "Your task is to: "
 #: the task (``alfworld.agents.utils.misc.add_task_to_grammar``).
 TASK_PLACEHOLDER = "UNKNOWN GOAL"
 
-#: entries kept in the PDDL->SAS and grammar memos (a full official scene costs ~2 MB of
-#: memory with both, a generated one much less). Override with env ``G2PO_ALFWORLD_SAS_CACHE``.
-SAS_CACHE_SIZE = int(os.environ.get("G2PO_ALFWORLD_SAS_CACHE", "128"))
+#: entries kept in the PDDL->SAS and grammar memos: a game takes two translations and one
+#: grammar, so 32 entries keep the translations of the last 16 games (a training iteration's
+#: task groups in every preset; a group's slots load its game one after the other) and the
+#: grammars of the last 32. A full official scene costs ~2 MB of memory, a generated one ~0.5 MB;
+#: a game evicted and played again is read back from its ``game.parsed.pkl`` (~10 ms) or, without
+#: one, translated again (~1 s for an official scene). Override with env ``G2PO_ALFWORLD_SAS_CACHE``.
+SAS_CACHE_SIZE = int(os.environ.get("G2PO_ALFWORLD_SAS_CACHE", "32"))
 #: entries kept in the grammar-snippet and condition memos (small strings and trees; bounded
 #: so that a worker playing thousands of distinct games does not grow without end).
 #: Override with env ``G2PO_ALFWORLD_PARSE_CACHE``.
@@ -102,7 +118,8 @@ _SAS_MEMO: OrderedDict[tuple[bytes, bytes, bool], Any] = OrderedDict()
 _GRAMMAR_MEMO: OrderedDict[tuple[bytes, Any], Any] = OrderedDict()
 #: parsed-game files already read into the memos: path -> ((mtime_ns, size), sas keys, grammar keys);
 #: a slot loading a game another slot of this process loaded skips reading and unpickling the file
-_PARSED_READ: dict[str, tuple[tuple[int, int], tuple[Any, ...], tuple[Any, ...]]] = {}
+#: (the most recent :data:`SAS_CACHE_SIZE` files: an older one's entries have left the memos)
+_PARSED_READ: OrderedDict[str, tuple[tuple[int, int], tuple[Any, ...], tuple[Any, ...]]] = OrderedDict()
 #: digest(template) -> (actions, grammar, task rhs) of the grammar template
 #: :func:`remember_task_grammar` last used, or None when that template has another shape.
 _TEMPLATE_PARSES: dict[bytes, Any] = {}
@@ -482,7 +499,37 @@ def load_parsed_game(path: str | os.PathLike[str]) -> bool:
     for key, value in grammar.items():
         _remember(_GRAMMAR_MEMO, key, value)
     _PARSED_READ[str(path)] = (version, tuple(sas), tuple(grammar))
+    _PARSED_READ.move_to_end(str(path))
+    while len(_PARSED_READ) > SAS_CACHE_SIZE:
+        _PARSED_READ.popitem(last=False)
     return True
+
+
+def release_interned_facts() -> int:
+    """Drop the propositions textworld has interned in this process (module docstring "Memory").
+
+    textworld's ``Proposition`` class is built by a ``mementos`` metaclass: every proposition
+    made with the same name and arguments is the one object kept in ``mementos``' module-wide
+    cache, which is never emptied, so each game played leaves its facts there. Dropping them
+    frees those no running episode holds; a proposition asked for later is built again, equal
+    to the dropped one (textworld compares, hashes and sorts propositions by name and
+    arguments, never by identity), so observations do not change
+    (``tests/test_alfworld_memory.py`` plays a game after many others and checks its transcript
+    against a fresh process). Other interned objects (``Signature``, a few dozen) stay.
+
+    Returns:
+        How many propositions were dropped (0 when textworld is not imported).
+    """
+    logic = sys.modules.get("textworld.logic")
+    memento = sys.modules.get("mementos.core")
+    if logic is None or memento is None:
+        return 0
+    cache = memento._memento_cache
+    proposition = logic.Proposition
+    dropped = [k for k in cache if type(k) is tuple and k and isinstance(k[0], type) and issubclass(k[0], proposition)]
+    for k in dropped:
+        del cache[k]
+    return len(dropped)
 
 
 def forget_games() -> None:

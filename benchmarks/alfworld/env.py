@@ -5,7 +5,9 @@ once (one fast-downward library copy per instance, handed to the next instance o
 requested game file (path, modification time, size) differs from the loaded one (textworld's ``PddlEnv.reset`` rebuilds the game
 state from the cached problem translation, see :mod:`g2po_bench.benchmarks.alfworld.engine`). A generated
 game's translations and grammar parse are read from its ``game.parsed.pkl`` (written by the
-generator) when there is one.
+generator) when there is one. Loading a new game drops the facts textworld interned for the games
+played before (:func:`~g2po_bench.benchmarks.alfworld.engine.release_interned_facts`), so a process
+that plays many games does not keep every game's facts.
 
 Observation fields (``g2po_bench.core.protocol.Observation``):
 - ``text``: after ``reset`` the initial observation without the banner and the task
@@ -37,6 +39,7 @@ from g2po_bench.benchmarks.alfworld.engine import (
     load_parsed_game,
     make_pddl_env,
     release_downward_lib,
+    release_interned_facts,
     split_intro,
 )
 from g2po_bench.benchmarks.alfworld.games import PARSED_FILE
@@ -101,6 +104,7 @@ class AlfworldEnv(Environment):
         version = (game, stat.st_mtime_ns, stat.st_size)
         if self._loaded_version != version:
             self._loaded = self._loaded_version = None
+            release_interned_facts()  # the facts of games played before: kept by textworld for good
             if self._caches:  # a generated game's stored parse (absent: parsed here)
                 load_parsed_game(Path(game).with_name(PARSED_FILE))
             self._env.load(game)

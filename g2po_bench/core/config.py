@@ -100,10 +100,11 @@ class EnvConfig:
     refused_is_invalid: bool = False
     num_workers: int = 0  # 0 = one per CPU this process may use (affinity, SLURM, cgroup quota)
     # recycle an environment worker process after it started this many episodes (0 = never);
-    # bounds the memory environment libraries keep per game (benchmarks/workers.py; ALFWorld
-    # ~1.4 MiB per distinct game). The CPU proxy's 2 workers start 64 episodes each per iteration
-    # on 16 games: 1024 recycles every 16 iterations (~0.4 GB per worker; a recycle costs ~2.5 s
-    # of process start-up); the GPU presets, with many more workers, keep 256
+    # bounds whatever memory an environment library keeps per game beyond what the benchmark
+    # bounds itself (benchmarks/workers.py; ALFWorld's engine drops each game's interned facts and
+    # keeps ~16 games' translations, benchmarks/alfworld/engine.py "Memory"). The CPU proxy's 2
+    # workers start 64 episodes each per iteration on 16 games: 1024 recycles every 16 iterations
+    # (a recycle costs ~2.5 s of process start-up); the GPU presets, with many more workers, keep 256
     worker_max_episodes: int = 1024
     # generated-game settings (embedded default)
 
