@@ -94,6 +94,8 @@ def run_report(args: argparse.Namespace) -> int:
     )
     for p in res.loaded.skipped:
         print(f"  skipped {p.run_id}: {p.reason}")
+    for p in res.loaded.warnings:
+        print(f"  warning {p.run_id}: {p.reason}", file=sys.stderr)
     return 0
 
 

@@ -48,7 +48,7 @@ from g2po_bench.analysis.aggregate import (
 )
 from g2po_bench.analysis.credit.report import credit_section
 from g2po_bench.analysis.graph_cli import report_state_graphs
-from g2po_bench.analysis.load import LoadedRuns, load_runs, mark_short_runs
+from g2po_bench.analysis.load import LoadedRuns, baseline_shortfall, load_runs, mark_short_runs
 from g2po_bench.analysis.naming import method_sort_key, model_size_sort_key
 from g2po_bench.analysis.reference import load_reference
 from g2po_bench.analysis.tables import (
@@ -58,6 +58,7 @@ from g2po_bench.analysis.tables import (
     TABLE_CRBC_ABLATIONS,
     TABLE_STEP_2026,
     Table,
+    TableSpec,
     build_table,
     format_ours,
 )
@@ -134,16 +135,16 @@ def build_report(
     tables: dict[str, Table] = {
         "table1": build_table(cells, reference, TABLE1),
         "table2": build_table(cells, reference, TABLE2),
-        "step_2026": build_table(cells, reference, TABLE_STEP_2026, digits=2),
+        # the estimators' comparison: the prompting baselines' rows belong to Table 1 only
+        "step_2026": build_table(_without_baselines(cells, loaded.runs), reference, TABLE_STEP_2026, digits=2),
         "crbc_ablations": build_table(_ablation_cells(cells, reference, TABLE_CRBC_ABLATIONS), reference,
                                       TABLE_CRBC_ABLATIONS, include_variants=True, digits=2),
     }
     has_variants = len(cells) and (cells["variant"].fillna("") != "").any()
     if has_variants:
         variant_cells = cells[cells["variant"].fillna("") != ""]
-        tables["variants"] = build_table(variant_cells, None, TABLE1, include_variants=True, with_reference=False)
-        if not variant_cells["metric"].isin(TABLE1.metrics).any():
-            tables["variants"] = build_table(variant_cells, None, TABLE2, include_variants=True, with_reference=False)
+        tables["variants"] = build_table(variant_cells, None, _variants_spec(variant_cells), include_variants=True,
+                                         with_reference=False)
     for name, t in tables.items():
         (out / f"{name}.md").write_text(t.to_markdown(), encoding="utf-8")
         (out / f"{name}.tex").write_text(t.to_latex(), encoding="utf-8")
@@ -163,6 +164,9 @@ def build_report(
     if figures:
         figs["learning_curves"] = F.plot_learning_curves(loaded.evals, fig_dir / "learning_curves.png",
                                                          curves=loaded.curves)
+        figs["paired_differences"] = F.plot_paired_differences(
+            {"at the evaluation temperature": differences[False],
+             "at the training temperature": differences[True]}, fig_dir / "paired_differences.png")
         figs["ablation_ladder"] = F.plot_ablation_ladder(loaded.runs, fig_dir / "ablation_ladder.png")
         figs["w_sweep"] = F.plot_w_sweep(loaded.runs, fig_dir / "w_sweep.png")
         figs["node_sizes"] = F.plot_node_sizes(loaded.curves, fig_dir / "node_sizes.png")
@@ -180,6 +184,27 @@ def build_report(
     return ReportResult(path, loaded, cells, tables, figs)
 
 
+def _variants_spec(cells: pd.DataFrame) -> TableSpec:
+    """The columns of the variants table: Table 1's, then Table 2's, then any other benchmark's
+    metrics (the toy corridor's ``toy_success``, ...), each where a variant has a value."""
+    present = set(cells["metric"])
+    known = [*TABLE1.columns, *TABLE2.columns]
+    columns = [(label, m) for label, m in known if m in present]
+    known_metrics = {m for _, m in known}
+    for m in sorted(present - known_metrics):
+        env, _, what = str(m).partition("_")
+        columns.append((f"{env.capitalize()} {what.capitalize()}".strip(), m))
+    return TableSpec("variants", "Ablations and variants", "", tuple(columns))
+
+
+def _without_baselines(cells: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """``cells`` without the rows of prompting-baseline runs (``kind`` "baseline" in ``runs``)."""
+    if cells is None or cells.empty or runs is None or runs.empty or "kind" not in runs:
+        return cells
+    baseline_labels = set(runs.loc[runs["kind"] == "baseline", "method_label"].astype(str))
+    return cells[~cells["method_label"].astype(str).isin(baseline_labels)]
+
+
 def _ablation_cells(cells: pd.DataFrame, reference: pd.DataFrame | None, spec) -> pd.DataFrame:
     """Our cells of the methods whose ablations ``spec``'s published table holds (the row name
     before `` [``), variants included: the rows that can stand beside those published values."""
@@ -194,6 +219,8 @@ def _ablation_cells(cells: pd.DataFrame, reference: pd.DataFrame | None, spec) -
 # ---------------------------------------------------------------------------- rendering
 _FIG_TITLES = {
     "learning_curves": "Learning curves (held-out and training success vs. iteration; bands = 95 % bootstrap CI over seeds)",
+    "paired_differences": ("Paired differences between methods (forest plot of the tables \"Differences between "
+                           "methods, paired by seed\": dot = mean difference, bar = 95 % paired bootstrap CI)"),
     "ablation_ladder": "Ablation ladder (final success; bars = mean, error bars = ± std, dots = seeds)",
     "w_sweep": "w sweep (final success vs. algorithm.step_weight)",
     "node_sizes": "Node sizes (estimator diagnostics)",
@@ -377,7 +404,8 @@ def _render(
         "Δ = ours − ref. in points; \"≈\" = derived published value; \"unknown\" = not available in the "
         f"transcriptions; {MISSING} = no run / nothing published (never 0); * = includes runs still in progress; "
         f"† = includes a short run (fewer RL iterations than {min_iterations or DEFAULT_MIN_ITERATIONS} or than the "
-        "longest run of its environment and model size here; listed under What is missing). "
+        "longest run of its environment and model size here, or a prompting baseline on fewer tasks or steps than "
+        "the published protocol; listed under What is missing with its tasks and steps). "
         "The 2026 table's published rows are the CRBC paper's (arXiv 2609.35082; its own runs of GRPO, "
         "GiGPO, GraphGPO and HGPO beside CRBC, 1.5B); its ablation rows are named like our variants.",
         "",
@@ -426,7 +454,9 @@ def _render(
             f"{pct} % paired bootstrap CI (seeds, then panel episodes matched by task; "
             "`g2po_bench.analysis.aggregate.method_differences`). Pairing by seed is meaningful when the runs of a seed "
             "start RL from the same warm start and play the same panel (a shared warm-start cache). File: "
-            + ("`differences_at_train_temperature.csv`." if at_t else "`differences.csv`."),
+            + ("`differences_at_train_temperature.csv`." if at_t else "`differences.csv`.")
+            + (" Figure: [figures/paired_differences.png](figures/paired_differences.png)."
+               if figs.get("paired_differences") is not None else ""),
             "",
             _differences_section(diff).rstrip("\n"),
             "",
@@ -495,6 +525,10 @@ def _render(
     if len(short):
         longest = runs[runs["kind"] == "train"].groupby(["env", "model_size"], dropna=False)["iterations"].max()
         for _, r in short.iterrows():
+            shortfall = baseline_shortfall(r)
+            if shortfall is not None:
+                md.append(f"- `{r['run_id']}` ({r['method_label']}, prompting baseline): {shortfall}")
+                continue
             top = longest.get((r["env"], r["model_size"]), math.nan)
             md.append(f"- `{r['run_id']}`: {_fmt(r['iterations'], 0)} RL iterations (minimum "
                       f"{min_iterations or DEFAULT_MIN_ITERATIONS}; longest {r['env']} {r['model_size']} run here: "
