@@ -367,8 +367,12 @@ def _main(argv: list[str], console) -> int:
         return 0
     if args.command == "config":
         if is_baseline_request(args.overrides, args.config):  # the baseline run's config.yaml
-            cfg, b = load_baseline_config(args.config, args.overrides, preset=args.preset)
+            # printing a config converts no model (model=smollm2 names the folder a run converts it into)
+            cfg, b = load_baseline_config(args.config, args.overrides, preset=args.preset, convert_model=False)
             print(yaml.safe_dump(baseline_run_dict(cfg, b), sort_keys=False), end="")
+            if cfg.model.path is not None and b.policy != "openai" and not Path(cfg.model.path).is_dir():
+                console.print(f"note: model.path {cfg.model.path} is not there yet; the run converts SmolLM2 into it "
+                              "on first use", highlight=False)
             return 0
 
         print(config_to_yaml(_load(args)), end="")
