@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -214,10 +215,7 @@ def read_step_table(run_root: str | os.PathLike, iteration: int) -> StepTable:
         raise FileNotFoundError(f"run folder {str(root)!r} does not exist")
     have = recorded_iterations(root)
     if not have:
-        raise FileNotFoundError(
-            f"run {str(root)!r} has no step tables under {STEPS_DIRNAME}/: it was trained with "
-            "record_graphs=false; train with record_graphs=true to record them"
-        )
+        raise FileNotFoundError(f"run {str(root)!r} has no step tables under {STEPS_DIRNAME}/: {_why_no_steps(root)}")
     if iteration == -1:
         iteration = have[-1]
     if iteration not in have:
@@ -239,6 +237,22 @@ def read_step_table(run_root: str | os.PathLike, iteration: int) -> StepTable:
     for col, dtype in BASE_COLUMNS.items():
         frame[col] = frame[col].astype(dtype)
     return StepTable(frame=frame, meta=meta)
+
+
+def _why_no_steps(root: Path) -> str:
+    """Why a run folder holds no step table, from its ``config.yaml`` ``record_graphs``."""
+    try:
+        recorded = (yaml.safe_load((root / "config.yaml").read_text(encoding="utf-8")) or {}).get("record_graphs")
+    except (OSError, yaml.YAMLError, UnicodeDecodeError, AttributeError):
+        recorded = None
+    if recorded is False:
+        return "it was trained with record_graphs=false; train with record_graphs=true to record them"
+    if recorded is True:
+        return ("its config.yaml says record_graphs=true, so the run wrote them, but this copy of its record has none "
+                f"(a committed or copied record may leave {STEPS_DIRNAME}/ out: results/proxy/sweep keeps the last step "
+                "table of the G2PO runs only); draw from the folder the run trained in, or train the config again")
+    return (f"no config.yaml says whether it recorded them (record_graphs); a run trained with record_graphs=true "
+            f"writes {STEPS_DIRNAME}/iter_<K>.parquet")
 
 
 def _ranges(xs: list[int]) -> str:
