@@ -8,7 +8,9 @@ A run folder is any folder (at any depth under ``results_dir``) holding at least
 Nothing about one run is fatal: a run that cannot be used is *skipped* and reported as a
 :class:`RunProblem`; a run with a lesser defect is *included* and reported too. Two included
 runs of the same method/size/env/seed are an error (:class:`DuplicateRunsError`, naming the
-folders): each would count as a separate seed.
+folders and the config keys they differ in): each would count as a separate seed. The variant of a
+run is computed over the whole set (:func:`g2po_bench.analysis.naming.variants_in_set`): a common
+option that differs between runs of one method is part of their variants on every benchmark.
 
 Skipped (``RunProblem.action == "skipped"``):
 
@@ -30,7 +32,9 @@ Included with a warning (``action == "included"``): unreadable ``status.json`` n
 evaluation, torn lines in ``metrics.jsonl``, a finished run without a ``final`` evaluation
 (its latest one is used), several runs of the same method/size/env/seed, a
 *crashed-heavy* iteration in ``metrics.jsonl`` (more than half of its episodes crashed,
-:mod:`g2po_bench.core.crashes`; column ``metrics.crashed_heavy`` counts them).
+:mod:`g2po_bench.core.crashes`; column ``metrics.crashed_heavy`` counts them), an estimator that
+is not registered here (its ``algorithm.module`` does not import: the row keeps the raw name;
+:func:`g2po_bench.analysis.naming.estimator_problem`).
 
 Runs still in progress (``status.json`` state ``"running"``, or ``"interrupted"`` by a signal
 and waiting for a relaunch to resume) are included with their latest

@@ -28,6 +28,12 @@ five; PPO and RLOO ignore the mode; GiGPO carries the mode in its name). A WebSh
 without the WebShop preset keeps the dataclass default ``mean_std_norm`` and so shows up as
 ``G2PO [norm=mean_std_norm]``, not in the main row. An unregistered estimator gets every
 common option that differs from :data:`g2po_bench.algorithms.registry.COMMON_OPTIONS`.
+That is one run alone (:func:`variant_of`). A report names the runs of a set together
+(:func:`variants_in_set`, what :func:`g2po_bench.analysis.load.load_runs` uses): a common option
+whose value differs between runs of one method, environment and model size is part of the variant
+of every such run whose value differs from the reference, also where :func:`variant_of` leaves it
+out (the mode on the toy corridor or AppWorld, where the reference is the estimator's default; an
+option outside ``variant_options``), so runs whose ``algorithm`` sections differ never share a row.
 ``method_label`` is ``method`` plus `` [variant]`` when the variant is not empty.
 
 Model size (``model_size``): an explicit ``tags.model_size`` (or top-level ``model_size``) in
