@@ -474,8 +474,9 @@ def _render(
         md += [
             "## Ablations and variants",
             "",
-            "Runs whose config differs from the main-table setting (`algorithm.options`, w ≠ 1, "
-            "non-reference normalization); no published values.",
+            "Runs whose config differs from the main-table setting (`algorithm.options`; w ≠ 1, a "
+            "non-reference normalization, or another common option that is away from its reference or differs "
+            "between the runs of the method); no published values.",
             "",
             tables["variants"].to_markdown().rstrip("\n"),
             "",
