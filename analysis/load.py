@@ -83,7 +83,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,6 +145,7 @@ class LoadedRuns:
     curves: pd.DataFrame
     evals: pd.DataFrame
     problems: list[RunProblem] = field(default_factory=list)
+    results_dirs: list[Path] = field(default_factory=list)  # every folder searched (``results_dir`` first)
 
     @property
     def skipped(self) -> list[RunProblem]:
@@ -179,14 +180,18 @@ def find_run_dirs(results_dir: str | os.PathLike) -> list[Path]:
 
 
 def load_runs(
-    results_dir: str | os.PathLike,
+    results_dir: str | os.PathLike | Sequence[str | os.PathLike],
     *,
     column_overrides: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> LoadedRuns:
-    """Load all run folders under ``results_dir``.
+    """Load all run folders under ``results_dir`` (one folder, or several read as one set).
 
     Args:
-        results_dir: a folder to search for run folders (see the module docstring).
+        results_dir: a folder to search for run folders (see the module docstring), or a list
+            of folders (e.g. an ablation sweep's runs and the committed comparison's): their runs
+            are one set (variants, duplicates and paired differences across them); a run id is
+            the path under its folder, prefixed with the folder's name where two folders hold
+            the same path.
         column_overrides: ``{run_id: {column: value}}`` applied to a run's row after the
             derived columns are computed, e.g. ``{"abc": {"model_size": "7B"}}`` (the
             identity columns of its curves and evals follow). ``method``/``variant``
@@ -196,22 +201,31 @@ def load_runs(
         :class:`LoadedRuns` (frames may be empty but always have the identity columns).
 
     Raises:
-        FileNotFoundError: ``results_dir`` does not exist.
+        FileNotFoundError: ``results_dir`` (or one of them) does not exist.
         DuplicateRunsError: two included runs share env, method (with variant), model size and
             seed; the message names their folders.
     """
-    root = Path(results_dir)
-    if not root.is_dir():
-        raise FileNotFoundError(f"results folder {str(root)!r} does not exist")
+    roots = ([Path(results_dir)] if isinstance(results_dir, (str, os.PathLike))
+             else [Path(p) for p in results_dir])
+    if not roots:
+        raise FileNotFoundError("no results folder given")
+    for root in roots:
+        if not root.is_dir():
+            raise FileNotFoundError(f"results folder {str(root)!r} does not exist")
     overrides = {k: dict(v) for k, v in (column_overrides or {}).items()}
     rows: list[dict[str, Any]] = []
     curves: list[dict[str, Any]] = []
     evals: list[dict[str, Any]] = []
     problems: list[RunProblem] = []
     configs: dict[str, dict[str, Any]] = {}
-    for run_path in find_run_dirs(root):
+    seen: set[str] = set()
+    found = [(root, run_path) for root in roots for run_path in find_run_dirs(root)]
+    for root, run_path in found:
         rel = run_path.relative_to(root).as_posix()
         run_id = rel if rel != "." else run_path.name
+        if run_id in seen:  # the same path under two of the folders
+            run_id = f"{root.name}/{run_id}"
+        seen.add(run_id)
         local: list[RunProblem] = []
         try:
             row, run_curves, run_evals, cfg = _load_one(run_path, run_id, local, overrides.get(run_id))
@@ -237,7 +251,7 @@ def load_runs(
     evals_df = _frame(evals, (*IDENTITY_COLUMNS, "source", *EVAL_FIELDS))
     if len(evals_df):
         evals_df = evals_df.sort_values(["run_id", "iteration"], kind="stable").reset_index(drop=True)
-    return LoadedRuns(root, runs_df, curves_df, evals_df, problems)
+    return LoadedRuns(roots[0], runs_df, curves_df, evals_df, problems, roots)
 
 
 def _apply_set_variants(configs: dict[str, dict[str, Any]], overrides: Mapping[str, Mapping[str, Any]],

@@ -31,7 +31,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,11 +64,15 @@ from g2po_bench.analysis.tables import (
 )
 from g2po_bench.core.config import TrainConfig
 
-__all__ = ["ReportResult", "build_report", "DEFAULT_MIN_ITERATIONS"]
+__all__ = ["ReportResult", "build_report", "DEFAULT_MIN_ITERATIONS", "MethodSelectionError"]
 
 #: runs with fewer RL iterations are *short* in the report (``--min-iterations``): the CPU
 #: default's ``train.iterations``
 DEFAULT_MIN_ITERATIONS = int(TrainConfig.iterations)
+
+
+class MethodSelectionError(ValueError):
+    """``methods`` of :func:`build_report` names a method no run has (the message lists those there are)."""
 
 
 class ReportResult:
@@ -83,7 +87,7 @@ class ReportResult:
 
 
 def build_report(
-    results_dir: str | os.PathLike,
+    results_dir: str | os.PathLike | Sequence[str | os.PathLike],
     out_dir: str | os.PathLike,
     *,
     which: str = "final",
@@ -94,12 +98,17 @@ def build_report(
     figures: bool = True,
     column_overrides: Mapping[str, Mapping[str, Any]] | None = None,
     min_iterations: int | None = None,
+    methods: Sequence[str] | None = None,
 ) -> ReportResult:
     """Write ``report.md`` (and the files listed in the module docstring); returns the frames,
     tables and figures with the report's path.
 
     Args:
-        results_dir: folder searched for run folders.
+        results_dir: folder searched for run folders, or several read as one set of runs
+            (:func:`g2po_bench.analysis.load.load_runs`), e.g. an ablation's runs and the committed
+            comparison's.
+        methods: keep only the runs of these methods (the row name before `` [``, e.g. "G2PO", or
+            ``algorithm.name``, e.g. "g2po"), their variants included; None keeps every run.
         out_dir: where to write (created).
         which: "final" or "best" evaluation of each run.
         reference: published numbers (default :func:`g2po_bench.analysis.reference.load_reference`).
@@ -112,7 +121,8 @@ def build_report(
 
     Raises:
         ValueError: ``which`` is neither "final" nor "best".
-        FileNotFoundError: ``results_dir`` does not exist.
+        MethodSelectionError: a name of ``methods`` matches no run (the message lists the methods there are).
+        FileNotFoundError: ``results_dir`` (or one of them) does not exist.
     """
     if which not in ("final", "best"):
         raise ValueError(f"which must be 'final' or 'best', got {which!r}")
@@ -121,6 +131,8 @@ def build_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     loaded = load_runs(results_dir, column_overrides=column_overrides)
+    if methods:
+        _keep_methods(loaded, methods)
     min_iterations = DEFAULT_MIN_ITERATIONS if min_iterations is None else int(min_iterations)
     loaded.runs = mark_short_runs(loaded.runs, min_iterations)
     long = metrics_long(loaded.runs, which=which)
@@ -176,12 +188,46 @@ def build_report(
 
         graphs = report_state_graphs(loaded.runs, fig_dir)
 
-    credit = credit_section(results_dir, out)
+    credit_lines: list[str] = []
+    credit_problems: list[str] = []
+    for root in loaded.results_dirs:
+        lines, problems = credit_section(root, out)
+        credit_lines += lines
+        credit_problems += problems
+    credit = (credit_lines, credit_problems)
+    if not isinstance(results_dir, (str, os.PathLike)):  # the folder as given when there is one
+        results_dir = loaded.results_dirs[0]
     text = _render(results_dir, out, loaded, cells, iqm_df, tables, figs, which, confidence, n_boot, seed, figures,
                    improvement, graphs, improvement_t, differences, min_iterations, credit)
     path = out / "report.md"
     path.write_text(text, encoding="utf-8")
     return ReportResult(path, loaded, cells, tables, figs)
+
+
+def _keep_methods(loaded: LoadedRuns, methods: Sequence[str]) -> None:
+    """Keep (in place) the runs of ``methods`` (``method`` or ``algorithm`` names) in every frame.
+
+    Raises:
+        MethodSelectionError: a name matches no run; the message lists the methods there are.
+    """
+    runs = loaded.runs
+    wanted = {str(m) for m in methods}
+    lowered = {m.lower() for m in wanted}
+    if runs.empty:
+        raise MethodSelectionError(f"--methods {' '.join(sorted(wanted))}: there are no runs")
+    names = runs["method"].astype(str)
+    algos = runs["algorithm"].astype(str).str.lower() if "algorithm" in runs else names.str.lower()
+    unknown = sorted(m for m in wanted if not ((names == m).any() or (algos == m.lower()).any()))
+    if unknown:
+        raise MethodSelectionError(f"--methods: no run of {', '.join(unknown)}; the methods here: "
+                         f"{', '.join(sorted(set(names)))}")
+    keep_ids = set(runs.loc[names.isin(wanted) | algos.isin(lowered), "run_id"])
+    loaded.runs = runs[runs["run_id"].isin(keep_ids)].reset_index(drop=True)
+    for attr in ("curves", "evals"):
+        frame = getattr(loaded, attr)
+        if len(frame):
+            setattr(loaded, attr, frame[frame["run_id"].isin(keep_ids) | frame["method"].isin(wanted)]
+                    .reset_index(drop=True))
 
 
 def _variants_spec(cells: pd.DataFrame) -> TableSpec:
@@ -395,7 +441,9 @@ def _render(
     md: list[str] = [
         "# G2PO suite report",
         "",
-        f"Results folder: `{results_dir}`; generated {now}; evaluation used: **{which}**.",
+        (f"Results folder: `{results_dir}`" if len(loaded.results_dirs) <= 1 else
+         "Results folders: " + ", ".join(f"`{p}`" for p in loaded.results_dirs))
+        + f"; generated {now}; evaluation used: **{which}**.",
         f"Runs: {n_runs} included ({n_prog} still in progress), {len(loaded.skipped)} skipped, "
         f"{len(loaded.warnings)} warning(s). See [What is missing](#what-is-missing).",
         "",

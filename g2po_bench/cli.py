@@ -13,7 +13,7 @@
     g2po credit [--run RUN | model.path=FOLDER] [key=value ...]   estimators' step advantages vs. Monte-Carlo A*
     g2po config [--preset NAME] [key=value ...]                  print the resolved config
     g2po config baseline=react [key=value ...]                   ... of a baseline run (config.yaml)
-    g2po report RESULTS_DIR --out DIR                            tables and figures vs. the paper
+    g2po report RESULTS_DIR [...] --out DIR                      tables and figures vs. the paper
     g2po graph RUN [--iteration K] [--group G] [--compare gigpo]   draw a task group's state graph
     g2po sweep {launch,status,cancel,list} SPEC [...]            sweeps with Submitit (sweeps/cli.py)
 
@@ -118,7 +118,9 @@ HELP: dict[str, tuple[str, str]] = {
         "Tables and figures from run folders (searched recursively), beside the published numbers. Only "
         "training and baseline runs count as seeds; evaluation-only folders are listed apart.",
         "  g2po report results/runs --out results/report             # all runs\n"
-        "  g2po report results/sweeps/main_table --which best --no-figures   # a sweep, best evaluations",
+        "  g2po report results/sweeps/main_table --which best --no-figures   # a sweep, best evaluations\n"
+        "  g2po report results/sweeps/cpu_ablation/runs results/proxy/sweep/runs --methods G2PO GRPO --out DIR"
+        "   # an ablation beside the committed runs",
     ),
     "graph": (
         "Draw one task group's state graph (PNG and interactive HTML) from a run's recorded step tables "

@@ -120,7 +120,7 @@ def test_report_on_empty_folder_and_cli(tmp_path, capsys):
     assert "skipped broken" in capsys.readouterr().out
     assert main([str(tmp_path / "nope"), "--out", str(tmp_path / "r2")]) == 2
     args = add_report_arguments(argparse.ArgumentParser()).parse_args(["results/runs"])
-    assert (args.results_dir, args.out, args.which, args.n_boot) == ("results/runs", None, "final", 10_000)
+    assert (args.results_dir, args.out, args.which, args.n_boot) == (["results/runs"], None, "final", 10_000)
     with pytest.raises(ValueError):
         build_report(tmp_path / "runs", tmp_path / "r3", which="before")
 
@@ -296,55 +296,61 @@ def pd_read(path):
 COMMITTED = __import__("pathlib").Path(__file__).resolve().parents[1] / "results" / "proxy" / "sweep" / "runs"
 
 
-def _copy_record(src, dst):
-    """A committed run's record (config, evaluations, status, metrics) under ``dst``."""
-    import shutil
-
-    dst.mkdir(parents=True)
-    for name in ("config.yaml", "eval.json", "status.json", "metrics.jsonl"):
-        shutil.copy(src / name, dst / name)
-
-
-def test_an_ablation_beside_the_committed_comparison_gets_variant_rows_and_paired_differences(tmp_path):
-    """The lead's ablation set: G2PO without state aggregation, G2PO and GRPO with mean_norm, each 5
-    seeds, beside the committed G2PO and GRPO runs: the committed rows keep their names, the ablations
-    are variants, and each is paired with its main row by seed and panel task (hand-made panels: the
-    aggregation=false runs win every episode, the G2PO mean_norm runs none, the GRPO mean_norm runs
-    replay GRPO's episodes)."""
+def test_an_ablation_beside_the_committed_comparison_gets_variant_rows_and_paired_differences(tmp_path, capsys):
+    """The lead's ablation (sweeps/specs/cpu_ablation): G2PO without state aggregation, G2PO and GRPO with
+    mean_norm, 5 seeds each, in their own folder, reported beside the committed comparison with
+    `g2po report ABLATION_RUNS results/proxy/sweep/runs --methods G2PO GRPO`: the committed rows keep their
+    names, the ablations are variants, and each is paired with its main row by seed and panel task
+    (hand-made panels: the aggregation=false runs win every episode, the G2PO mean_norm runs none, the GRPO
+    mean_norm runs replay GRPO's episodes)."""
     import json
 
     import yaml
     from synthetic_runs import write_run_with_config
 
-    root = tmp_path / "runs"
+    from g2po_bench.cli import main as g2po_main
+
+    ablation = tmp_path / "ablation" / "runs"
     finals = {}
     for run in sorted(COMMITTED.iterdir()):
-        algo = run.name.split("-")[1]
+        algo, seed = run.name.split("-")[1], int(run.name.split("-")[2][1:])
         if algo in ("g2po", "grpo"):
-            _copy_record(run, root / run.name)
-            finals[algo, int(run.name.split("-")[2][1:])] = (yaml.safe_load((run / "config.yaml").read_text()),
-                                                              json.loads((run / "eval.json").read_text())["final"])
+            finals[algo, seed] = (yaml.safe_load((run / "config.yaml").read_text()),
+                                  json.loads((run / "eval.json").read_text())["final"])
     for (algo, seed), (cfg, final) in sorted(finals.items()):
         changes = {"g2po": [("aggregation=false", {"options": {"aggregation": False}}, 1.0),
                             ("mean_norm", {"mode": "mean_norm"}, 0.0)],
                    "grpo": [("mean_norm", {"mode": "mean_norm"}, None)]}[algo]
         for tag, algorithm, win in changes:
             eps = [[t, win if win is not None else s] for t, s in final["episodes"]]
-            ev = {**final, "episodes": eps, "success_rate": sum(s for _, s in eps) / len(eps)}
+            by_type: dict[str, list[float]] = {}
+            for t, s in eps:  # "eval/<task type>-<object>-...": the panel's task types
+                by_type.setdefault(t.split("/")[1].split("-")[0], []).append(s)
+            ev = {**final, "episodes": eps, "success_rate": sum(s for _, s in eps) / len(eps),
+                  "per_task_type": {k: sum(v) / len(v) for k, v in by_type.items()}}
             config = {**cfg, "algorithm": {**cfg["algorithm"], **algorithm}, "run_id": f"{algo}-{tag}-s{seed}"}
-            write_run_with_config(root / f"{algo}-{tag}-s{seed}", config, final=ev)
-    res = build_report(root, tmp_path / "report", n_boot=200, figures=False)
-    runs = res.loaded.runs
+            write_run_with_config(ablation / f"{algo}-{tag}-s{seed}", config, final=ev)
+    out = tmp_path / "report"
+    assert g2po_main(["report", str(ablation), str(COMMITTED), "--methods", "G2PO", "GRPO", "--out", str(out),
+                      "--no-figures", "--n-boot", "200"]) == 0
+    capsys.readouterr()
+    runs = pd_read(out / "runs.csv")
     assert runs.groupby("method_label").size().to_dict() == {
         "G2PO": 5, "GRPO": 5, "G2PO [aggregation=false]": 5, "G2PO [norm=mean_norm]": 5, "GRPO [norm=mean_norm]": 5}
-    diff = pd_read(tmp_path / "report" / "differences.csv").set_index(["method_label", "baseline_label"])
+    diff = pd_read(out / "differences.csv").set_index(["method_label", "baseline_label"])
     g2po_final = 100 * sum(f["success_rate"] for (a, _), (_, f) in finals.items() if a == "g2po") / 5
     assert g2po_final == pytest.approx(44.0)  # the committed G2PO row (results/proxy/report)
     assert diff.loc[("G2PO [aggregation=false]", "G2PO"), "difference"] == pytest.approx(100 - 44.0)
     assert diff.loc[("G2PO [norm=mean_norm]", "G2PO"), "difference"] == pytest.approx(-44.0)
     assert diff.loc[("GRPO [norm=mean_norm]", "GRPO"), "difference"] == pytest.approx(0.0)
     assert diff.loc[("G2PO", "GRPO"), "difference"] == pytest.approx(7.3, abs=0.05)  # as committed
-    assert (diff.loc[("G2PO [aggregation=false]", "G2PO"), "seeds"]) == 5
+    assert (diff["seeds"] == 5).all()
+    text = (out / "report.md").read_text(encoding="utf-8")
+    assert f"Results folders: `{ablation}`, `{COMMITTED}`" in text
+    assert "| tiny | G2PO [aggregation=false] | 5 | 100.0 ± 0.0 |" in text  # the variants table
+    # a method no run has is one line naming those there are
+    assert g2po_main(["report", str(ablation), "--methods", "PPO", "--out", str(out), "--no-figures"]) == 2
+    assert "no run of PPO; the methods here: G2PO, GRPO" in capsys.readouterr().err
 
 
 def test_the_paired_differences_are_drawn_as_a_forest_plot_linked_from_the_report(tmp_path):

@@ -216,6 +216,10 @@ def test_algorithm_module_imports_an_estimator_before_validation(tmp_path, monke
     d["env"].pop("cache_dir")
     d["env"].pop("allow_incomplete_eval_split")
     assert d["train"]["mini_batch_split"] == "balanced"  # not the neutral "fixed": it stays in the hash
+    from g2po_bench.core.config import resolve_device
+
+    assert d["model"]["device"] == "auto"
+    d["model"]["device"] = resolve_device("auto")  # auto enters the hash as the device it resolves to
     import hashlib
 
     assert hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:10] == config_hash(base)
