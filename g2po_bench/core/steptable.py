@@ -251,8 +251,8 @@ def _why_no_steps(root: Path) -> str:
         return ("its config.yaml says record_graphs=true, so the run wrote them, but this copy of its record has none "
                 f"(a committed or copied record may leave {STEPS_DIRNAME}/ out: results/proxy/sweep keeps the last step "
                 "table of the G2PO runs only); draw from the folder the run trained in, or train the config again")
-    return (f"no config.yaml says whether it recorded them (record_graphs); a run trained with record_graphs=true "
-            f"writes {STEPS_DIRNAME}/iter_<K>.parquet")
+    return (f"it was trained with record_graphs=false, or its record was copied without {STEPS_DIRNAME}/ (no "
+            f"config.yaml says which); a run trained with record_graphs=true writes {STEPS_DIRNAME}/iter_<K>.parquet")
 
 
 def _ranges(xs: list[int]) -> str:
