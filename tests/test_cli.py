@@ -206,7 +206,7 @@ def test_eval_of_a_finished_record_without_checkpoints_says_what_it_is(tmp_path,
 
 def test_graph_of_a_record_copied_without_steps_reads_its_config(tmp_path, capsys):
     """Issue 51: `g2po graph` on a committed GRPO run said "trained with record_graphs=false" while its
-    config.yaml says true (the record keeps the last step table of the G2PO runs only)."""
+    config.yaml says true (the committed GRPO and CRBC records were copied without their step tables)."""
     assert yaml.safe_load((COMMITTED_GRPO / "config.yaml").read_text())["record_graphs"] is True
     assert main(["graph", str(COMMITTED_GRPO)]) == 2
     err = capsys.readouterr().err

@@ -249,8 +249,9 @@ def _why_no_steps(root: Path) -> str:
         return "it was trained with record_graphs=false; train with record_graphs=true to record them"
     if recorded is True:
         return ("its config.yaml says record_graphs=true, so the run wrote them, but this copy of its record has none "
-                f"(a committed or copied record may leave {STEPS_DIRNAME}/ out: results/proxy/sweep keeps the last step "
-                "table of the G2PO runs only); draw from the folder the run trained in, or train the config again")
+                f"(a committed or copied record may leave {STEPS_DIRNAME}/ out: results/proxy/README.md says which "
+                "committed runs keep their last step table); draw from the folder the run trained in, or train the "
+                "config again")
     return (f"it was trained with record_graphs=false, or its record was copied without {STEPS_DIRNAME}/ (no "
             f"config.yaml says which); a run trained with record_graphs=true writes {STEPS_DIRNAME}/iter_<K>.parquet")
 
