@@ -31,7 +31,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ from g2po_bench.analysis.aggregate import (
 )
 from g2po_bench.analysis.credit.report import credit_section
 from g2po_bench.analysis.graph_cli import report_state_graphs
-from g2po_bench.analysis.load import LoadedRuns, load_runs, mark_short_runs
+from g2po_bench.analysis.load import LoadedRuns, baseline_shortfall, load_runs, mark_short_runs
 from g2po_bench.analysis.naming import method_sort_key, model_size_sort_key
 from g2po_bench.analysis.reference import load_reference
 from g2po_bench.analysis.tables import (
@@ -58,16 +58,21 @@ from g2po_bench.analysis.tables import (
     TABLE_CRBC_ABLATIONS,
     TABLE_STEP_2026,
     Table,
+    TableSpec,
     build_table,
     format_ours,
 )
 from g2po_bench.core.config import TrainConfig
 
-__all__ = ["ReportResult", "build_report", "DEFAULT_MIN_ITERATIONS"]
+__all__ = ["ReportResult", "build_report", "DEFAULT_MIN_ITERATIONS", "MethodSelectionError"]
 
 #: runs with fewer RL iterations are *short* in the report (``--min-iterations``): the CPU
 #: default's ``train.iterations``
 DEFAULT_MIN_ITERATIONS = int(TrainConfig.iterations)
+
+
+class MethodSelectionError(ValueError):
+    """``methods`` of :func:`build_report` names a method no run has (the message lists those there are)."""
 
 
 class ReportResult:
@@ -82,7 +87,7 @@ class ReportResult:
 
 
 def build_report(
-    results_dir: str | os.PathLike,
+    results_dir: str | os.PathLike | Sequence[str | os.PathLike],
     out_dir: str | os.PathLike,
     *,
     which: str = "final",
@@ -93,12 +98,17 @@ def build_report(
     figures: bool = True,
     column_overrides: Mapping[str, Mapping[str, Any]] | None = None,
     min_iterations: int | None = None,
+    methods: Sequence[str] | None = None,
 ) -> ReportResult:
     """Write ``report.md`` (and the files listed in the module docstring); returns the frames,
     tables and figures with the report's path.
 
     Args:
-        results_dir: folder searched for run folders.
+        results_dir: folder searched for run folders, or several read as one set of runs
+            (:func:`g2po_bench.analysis.load.load_runs`), e.g. an ablation's runs and the committed
+            comparison's.
+        methods: keep only the runs of these methods (the row name before `` [``, e.g. "G2PO", or
+            ``algorithm.name``, e.g. "g2po"), their variants included; None keeps every run.
         out_dir: where to write (created).
         which: "final" or "best" evaluation of each run.
         reference: published numbers (default :func:`g2po_bench.analysis.reference.load_reference`).
@@ -111,7 +121,8 @@ def build_report(
 
     Raises:
         ValueError: ``which`` is neither "final" nor "best".
-        FileNotFoundError: ``results_dir`` does not exist.
+        MethodSelectionError: a name of ``methods`` matches no run (the message lists the methods there are).
+        FileNotFoundError: ``results_dir`` (or one of them) does not exist.
     """
     if which not in ("final", "best"):
         raise ValueError(f"which must be 'final' or 'best', got {which!r}")
@@ -120,6 +131,8 @@ def build_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     loaded = load_runs(results_dir, column_overrides=column_overrides)
+    if methods:
+        _keep_methods(loaded, methods)
     min_iterations = DEFAULT_MIN_ITERATIONS if min_iterations is None else int(min_iterations)
     loaded.runs = mark_short_runs(loaded.runs, min_iterations)
     long = metrics_long(loaded.runs, which=which)
@@ -134,16 +147,16 @@ def build_report(
     tables: dict[str, Table] = {
         "table1": build_table(cells, reference, TABLE1),
         "table2": build_table(cells, reference, TABLE2),
-        "step_2026": build_table(cells, reference, TABLE_STEP_2026, digits=2),
+        # the estimators' comparison: the prompting baselines' rows belong to Table 1 only
+        "step_2026": build_table(_without_baselines(cells, loaded.runs), reference, TABLE_STEP_2026, digits=2),
         "crbc_ablations": build_table(_ablation_cells(cells, reference, TABLE_CRBC_ABLATIONS), reference,
                                       TABLE_CRBC_ABLATIONS, include_variants=True, digits=2),
     }
     has_variants = len(cells) and (cells["variant"].fillna("") != "").any()
     if has_variants:
         variant_cells = cells[cells["variant"].fillna("") != ""]
-        tables["variants"] = build_table(variant_cells, None, TABLE1, include_variants=True, with_reference=False)
-        if not variant_cells["metric"].isin(TABLE1.metrics).any():
-            tables["variants"] = build_table(variant_cells, None, TABLE2, include_variants=True, with_reference=False)
+        tables["variants"] = build_table(variant_cells, None, _variants_spec(variant_cells), include_variants=True,
+                                         with_reference=False)
     for name, t in tables.items():
         (out / f"{name}.md").write_text(t.to_markdown(), encoding="utf-8")
         (out / f"{name}.tex").write_text(t.to_latex(), encoding="utf-8")
@@ -163,6 +176,9 @@ def build_report(
     if figures:
         figs["learning_curves"] = F.plot_learning_curves(loaded.evals, fig_dir / "learning_curves.png",
                                                          curves=loaded.curves)
+        figs["paired_differences"] = F.plot_paired_differences(
+            {"at the evaluation temperature": differences[False],
+             "at the training temperature": differences[True]}, fig_dir / "paired_differences.png")
         figs["ablation_ladder"] = F.plot_ablation_ladder(loaded.runs, fig_dir / "ablation_ladder.png")
         figs["w_sweep"] = F.plot_w_sweep(loaded.runs, fig_dir / "w_sweep.png")
         figs["node_sizes"] = F.plot_node_sizes(loaded.curves, fig_dir / "node_sizes.png")
@@ -172,12 +188,67 @@ def build_report(
 
         graphs = report_state_graphs(loaded.runs, fig_dir)
 
-    credit = credit_section(results_dir, out)
+    credit_lines: list[str] = []
+    credit_problems: list[str] = []
+    for root in loaded.results_dirs:
+        lines, problems = credit_section(root, out)
+        credit_lines += lines
+        credit_problems += problems
+    credit = (credit_lines, credit_problems)
+    if not isinstance(results_dir, (str, os.PathLike)):  # the folder as given when there is one
+        results_dir = loaded.results_dirs[0]
     text = _render(results_dir, out, loaded, cells, iqm_df, tables, figs, which, confidence, n_boot, seed, figures,
                    improvement, graphs, improvement_t, differences, min_iterations, credit)
     path = out / "report.md"
     path.write_text(text, encoding="utf-8")
     return ReportResult(path, loaded, cells, tables, figs)
+
+
+def _keep_methods(loaded: LoadedRuns, methods: Sequence[str]) -> None:
+    """Keep (in place) the runs of ``methods`` (``method`` or ``algorithm`` names) in every frame.
+
+    Raises:
+        MethodSelectionError: a name matches no run; the message lists the methods there are.
+    """
+    runs = loaded.runs
+    wanted = {str(m) for m in methods}
+    lowered = {m.lower() for m in wanted}
+    if runs.empty:
+        raise MethodSelectionError(f"--methods {' '.join(sorted(wanted))}: there are no runs")
+    names = runs["method"].astype(str)
+    algos = runs["algorithm"].astype(str).str.lower() if "algorithm" in runs else names.str.lower()
+    unknown = sorted(m for m in wanted if not ((names == m).any() or (algos == m.lower()).any()))
+    if unknown:
+        raise MethodSelectionError(f"--methods: no run of {', '.join(unknown)}; the methods here: "
+                         f"{', '.join(sorted(set(names)))}")
+    keep_ids = set(runs.loc[names.isin(wanted) | algos.isin(lowered), "run_id"])
+    loaded.runs = runs[runs["run_id"].isin(keep_ids)].reset_index(drop=True)
+    for attr in ("curves", "evals"):
+        frame = getattr(loaded, attr)
+        if len(frame):
+            setattr(loaded, attr, frame[frame["run_id"].isin(keep_ids) | frame["method"].isin(wanted)]
+                    .reset_index(drop=True))
+
+
+def _variants_spec(cells: pd.DataFrame) -> TableSpec:
+    """The columns of the variants table: Table 1's, then Table 2's, then any other benchmark's
+    metrics (the toy corridor's ``toy_success``, ...), each where a variant has a value."""
+    present = set(cells["metric"])
+    known = [*TABLE1.columns, *TABLE2.columns]
+    columns = [(label, m) for label, m in known if m in present]
+    known_metrics = {m for _, m in known}
+    for m in sorted(present - known_metrics):
+        env, _, what = str(m).partition("_")
+        columns.append((f"{env.capitalize()} {what.capitalize()}".strip(), m))
+    return TableSpec("variants", "Ablations and variants", "", tuple(columns))
+
+
+def _without_baselines(cells: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """``cells`` without the rows of prompting-baseline runs (``kind`` "baseline" in ``runs``)."""
+    if cells is None or cells.empty or runs is None or runs.empty or "kind" not in runs:
+        return cells
+    baseline_labels = set(runs.loc[runs["kind"] == "baseline", "method_label"].astype(str))
+    return cells[~cells["method_label"].astype(str).isin(baseline_labels)]
 
 
 def _ablation_cells(cells: pd.DataFrame, reference: pd.DataFrame | None, spec) -> pd.DataFrame:
@@ -194,6 +265,8 @@ def _ablation_cells(cells: pd.DataFrame, reference: pd.DataFrame | None, spec) -
 # ---------------------------------------------------------------------------- rendering
 _FIG_TITLES = {
     "learning_curves": "Learning curves (held-out and training success vs. iteration; bands = 95 % bootstrap CI over seeds)",
+    "paired_differences": ("Paired differences between methods (forest plot of the tables \"Differences between "
+                           "methods, paired by seed\": dot = mean difference, bar = 95 % paired bootstrap CI)"),
     "ablation_ladder": "Ablation ladder (final success; bars = mean, error bars = ± std, dots = seeds)",
     "w_sweep": "w sweep (final success vs. algorithm.step_weight)",
     "node_sizes": "Node sizes (estimator diagnostics)",
@@ -368,7 +441,9 @@ def _render(
     md: list[str] = [
         "# G2PO suite report",
         "",
-        f"Results folder: `{results_dir}`; generated {now}; evaluation used: **{which}**.",
+        (f"Results folder: `{results_dir}`" if len(loaded.results_dirs) <= 1 else
+         "Results folders: " + ", ".join(f"`{p}`" for p in loaded.results_dirs))
+        + f"; generated {now}; evaluation used: **{which}**.",
         f"Runs: {n_runs} included ({n_prog} still in progress), {len(loaded.skipped)} skipped, "
         f"{len(loaded.warnings)} warning(s). See [What is missing](#what-is-missing).",
         "",
@@ -377,7 +452,8 @@ def _render(
         "Δ = ours − ref. in points; \"≈\" = derived published value; \"unknown\" = not available in the "
         f"transcriptions; {MISSING} = no run / nothing published (never 0); * = includes runs still in progress; "
         f"† = includes a short run (fewer RL iterations than {min_iterations or DEFAULT_MIN_ITERATIONS} or than the "
-        "longest run of its environment and model size here; listed under What is missing). "
+        "longest run of its environment and model size here, or a prompting baseline on fewer tasks or steps than "
+        "the published protocol; listed under What is missing with its tasks and steps). "
         "The 2026 table's published rows are the CRBC paper's (arXiv 2609.35082; its own runs of GRPO, "
         "GiGPO, GraphGPO and HGPO beside CRBC, 1.5B); its ablation rows are named like our variants.",
         "",
@@ -426,7 +502,9 @@ def _render(
             f"{pct} % paired bootstrap CI (seeds, then panel episodes matched by task; "
             "`g2po_bench.analysis.aggregate.method_differences`). Pairing by seed is meaningful when the runs of a seed "
             "start RL from the same warm start and play the same panel (a shared warm-start cache). File: "
-            + ("`differences_at_train_temperature.csv`." if at_t else "`differences.csv`."),
+            + ("`differences_at_train_temperature.csv`." if at_t else "`differences.csv`.")
+            + (" Figure: [figures/paired_differences.png](figures/paired_differences.png)."
+               if figs.get("paired_differences") is not None else ""),
             "",
             _differences_section(diff).rstrip("\n"),
             "",
@@ -444,8 +522,9 @@ def _render(
         md += [
             "## Ablations and variants",
             "",
-            "Runs whose config differs from the main-table setting (`algorithm.options`, w ≠ 1, "
-            "non-reference normalization); no published values.",
+            "Runs whose config differs from the main-table setting (`algorithm.options`; w ≠ 1, a "
+            "non-reference normalization, or another common option that is away from its reference or differs "
+            "between the runs of the method); no published values.",
             "",
             tables["variants"].to_markdown().rstrip("\n"),
             "",
@@ -495,6 +574,10 @@ def _render(
     if len(short):
         longest = runs[runs["kind"] == "train"].groupby(["env", "model_size"], dropna=False)["iterations"].max()
         for _, r in short.iterrows():
+            shortfall = baseline_shortfall(r)
+            if shortfall is not None:
+                md.append(f"- `{r['run_id']}` ({r['method_label']}, prompting baseline): {shortfall}")
+                continue
             top = longest.get((r["env"], r["model_size"]), math.nan)
             md.append(f"- `{r['run_id']}`: {_fmt(r['iterations'], 0)} RL iterations (minimum "
                       f"{min_iterations or DEFAULT_MIN_ITERATIONS}; longest {r['env']} {r['model_size']} run here: "

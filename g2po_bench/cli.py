@@ -13,7 +13,7 @@
     g2po credit [--run RUN | model.path=FOLDER] [key=value ...]   estimators' step advantages vs. Monte-Carlo A*
     g2po config [--preset NAME] [key=value ...]                  print the resolved config
     g2po config baseline=react [key=value ...]                   ... of a baseline run (config.yaml)
-    g2po report RESULTS_DIR --out DIR                            tables and figures vs. the paper
+    g2po report RESULTS_DIR [...] --out DIR                      tables and figures vs. the paper
     g2po graph RUN [--iteration K] [--group G] [--compare gigpo]   draw a task group's state graph
     g2po sweep {launch,status,cancel,list} SPEC [...]            sweeps with Submitit (sweeps/cli.py)
 
@@ -119,7 +119,9 @@ HELP: dict[str, tuple[str, str]] = {
         "Tables and figures from run folders (searched recursively), beside the published numbers. Only "
         "training and baseline runs count as seeds; evaluation-only folders are listed apart.",
         "  g2po report results/runs --out results/report             # all runs\n"
-        "  g2po report results/sweeps/main_table --which best --no-figures   # a sweep, best evaluations",
+        "  g2po report results/sweeps/main_table --which best --no-figures   # a sweep, best evaluations\n"
+        "  g2po report results/sweeps/cpu_ablation/runs results/proxy/sweep/runs --methods G2PO GRPO --out DIR"
+        "   # an ablation beside the committed runs",
     ),
     "graph": (
         "Draw one task group's state graph (PNG and interactive HTML) from a run's recorded step tables "
@@ -370,8 +372,12 @@ def _main(argv: list[str], console) -> int:
         return 0
     if args.command == "config":
         if is_baseline_request(args.overrides, args.config):  # the baseline run's config.yaml
-            cfg, b = load_baseline_config(args.config, args.overrides, preset=args.preset)
+            # printing a config converts no model (model=smollm2 names the folder a run converts it into)
+            cfg, b = load_baseline_config(args.config, args.overrides, preset=args.preset, convert_model=False)
             print(yaml.safe_dump(baseline_run_dict(cfg, b), sort_keys=False), end="")
+            if cfg.model.path is not None and b.policy != "openai" and not Path(cfg.model.path).is_dir():
+                console.print(f"note: model.path {cfg.model.path} is not there yet; the run converts SmolLM2 into it "
+                              "on first use", highlight=False)
             return 0
 
         print(config_to_yaml(_load(args)), end="")

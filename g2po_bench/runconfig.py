@@ -43,6 +43,7 @@ def load_config(
     overrides: list[str] | None = None,
     *,
     preset: str | None = None,
+    check_paths: bool = True,
 ) -> RunConfig:
     """Build a validated RunConfig: dataclass defaults < preset < YAML file < overrides.
 
@@ -50,6 +51,8 @@ def load_config(
         config_file: a YAML file with any subset of the keys.
         overrides: dotted ``key=value`` strings, e.g. ``["algorithm.name=gigpo", "seed=3"]``.
         preset: a preset name (``g2po config --help`` lists them), e.g. ``alfworld_1.5b``.
+        check_paths: False skips the checks that ``model.path`` and ``env.data_dir`` exist (a
+            sweep's dry run with placeholders for folders not given yet).
 
     Returns:
         The RunConfig with ``env.prompt``, ``env.state_key`` and ``train.old_logprobs`` resolved
@@ -64,7 +67,7 @@ def load_config(
             path = preset_file(preset)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-    cfg = parse_config(config_file, overrides, preset_file=path)
+    cfg = parse_config(config_file, overrides, preset_file=path, check_paths=check_paths)
     check_run_config(cfg)
     return cfg
 

@@ -118,6 +118,17 @@ def check_run_for_eval(run_dir: str | Path) -> tuple[Path, Path]:
                           "folder written by `g2po train` (e.g. results/runs/<run_id>)")
     policy = run / "checkpoints" / "latest" / "policy"
     if not (policy / "config.json").is_file():
+        status = RunDir(run).read_status() or {}
+        if status.get("state") == "done" or int(status.get("iteration") or 0) > 0:
+            # a record without its weights: committed and copied run folders leave checkpoints/ out
+            done = (f"finished ({status.get('iteration')} of {status.get('total_iterations')} iterations)"
+                    if status.get("state") == "done" else f"stopped at iteration {status.get('iteration')}")
+            raise ConfigError(
+                f"--run {str(run)!r} {done}, but its folder holds no checkpoint ({policy} is missing): the record "
+                "was copied or committed without checkpoints/ (results/ keeps a run's records, not its weights); "
+                "its evaluations are in RUN/eval.json; to get the weights, train the same config again (`g2po train "
+                "--config RUN/config.yaml run_id=null output_dir=results/runs resume=false`), or evaluate a model "
+                "folder with model.path=FOLDER")
         raise ConfigError(f"--run {str(run)!r} has no checkpoint ({policy}/config.json is missing: the run has "
                           "not finished an iteration yet); wait for its first checkpoint, resume it with "
                           "resume=true, or evaluate a model folder with model.path=FOLDER")
