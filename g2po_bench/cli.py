@@ -87,8 +87,7 @@ HELP: dict[str, tuple[str, str]] = {
         "  g2po train --config my.yaml train.iterations=20                              # a YAML file + overrides\n"
         "  g2po train backend=openrlhf --preset webshop_7b model.path=/models/Qwen2.5-7B-Instruct env.data_dir=DIR  # OpenRLHF\n"
         "  g2po train run_id=RUN_ID resume=true          # continue a killed run from its checkpoint\n"
-        "  g2po train run_id=RUN_ID resume=true train.iterations=80   # ... and extend it (the run's recorded "
-        "config.yaml holds; docs/run-folder.md lists the keys a resume may change)",
+        "  g2po train run_id=RUN_ID resume=true train.iterations=80   # ... and extend it (on its recorded config.yaml)",
     ),
     "eval": (
         "Evaluate a training run's latest checkpoint with the run's own config.yaml (key=value overrides go on "
