@@ -287,6 +287,33 @@ def test_a_checkpoint_written_incomplete_is_refused_and_the_previous_ones_kept(t
     assert lc.checkpoint_iteration == 2
 
 
+def test_a_corrupt_latest_is_not_kept_as_previous(tmp_path):
+    """The next save drops a corrupt ``latest`` rather than rotating it into ``previous``, so an
+    intact fallback survives; a staging folder left by a killed attempt is removed."""
+    cfg = load_config(overrides=[f"output_dir={tmp_path}", "run_id=w", "progress=false", "env.name=toy"])
+
+    def write(staging, iteration, state):
+        (staging / "weights.json").write_text(json.dumps({"iteration": iteration}))
+
+    lc = RunLifecycle(cfg, backend="local", write_checkpoint=write)
+    lc.start()
+    lc.save_checkpoint(1)
+    lc.save_checkpoint(2)
+    run = RunDir(tmp_path / "w")
+    (run.checkpoint_dir / "weights.json").write_text('{"iteration": 2')  # torn
+    leftover = run.checkpoint_dir.with_name(".latest.999999.tmp")
+    leftover.mkdir()
+    assert run.find_checkpoint().path == run.previous_checkpoint_dir
+    lc.save_checkpoint(3)
+    assert [json.loads((d / "weights.json").read_text())["iteration"]
+            for d in (run.checkpoint_dir, run.previous_checkpoint_dir)] == [3, 1]
+    assert sorted(p.name for p in run.checkpoint_dir.parent.iterdir()) == ["latest", "previous"]
+    # killed between the two renames of a save: latest is gone, previous is what a resume loads
+    run.checkpoint_dir.rename(run.checkpoint_dir.with_name(".latest.1.tmp"))
+    choice = run.find_checkpoint()
+    assert (choice.path, choice.iteration, choice.rejected) == (run.previous_checkpoint_dir, 1, [])
+
+
 def test_format_checks_catch_a_cut_file_without_a_manifest(tmp_path):
     """Checkpoints written before the manifest existed still get the format checks."""
     import torch

@@ -398,8 +398,10 @@ class RunLifecycle:
             raise RuntimeError("RunLifecycle.write_checkpoint is not set: the backend must give its writer")
         target = self.run.checkpoint_dir
         staging = target.with_name(f".latest.{os.getpid()}.tmp")
-        if staging.exists():
-            shutil.rmtree(staging)
+        # this process's staging folder, and those of attempts killed while they wrote one (one
+        # process at a time trains a run: the sweeps' claims, a user's single command)
+        for stale in target.parent.glob(".latest.*.tmp"):
+            shutil.rmtree(stale, ignore_errors=True)
         staging.mkdir(parents=True)
         state = self.trainer_state(iteration)
         extra = self.write_checkpoint(staging, iteration, state) or {}
