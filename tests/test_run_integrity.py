@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from sweep_support import is_timing_key
 
@@ -30,7 +31,9 @@ import g2po_bench.cli as cli
 from g2po_bench.algorithms.backends.lifecycle import RunLifecycle
 from g2po_bench.benchmarks.shutdown import ShutdownRequested
 from g2po_bench.cli import main
+from g2po_bench.core.checkpoints import check_file, verify_checkpoint
 from g2po_bench.core.config import ConfigError
+from g2po_bench.core.errors import CheckpointError
 from g2po_bench.core.rundir import RunDir, read_jsonl
 from g2po_bench.runconfig import load_config
 from g2po_bench.train import run_train
@@ -260,8 +263,6 @@ def test_a_resume_without_an_intact_checkpoint_refuses_and_changes_nothing(runs,
 def test_a_checkpoint_written_incomplete_is_refused_and_the_previous_ones_kept(tmp_path):
     """A writer whose model file comes out short (a full disk, a torn write): the save fails
     naming the file, and ``latest`` and ``previous`` are the checkpoints that were there."""
-    from g2po_bench.core.errors import CheckpointError
-
     cfg = load_config(overrides=[f"output_dir={tmp_path}", "run_id=w", "progress=false", "env.name=toy"])
     header = json.dumps({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}).encode()
     tensor_file = len(header).to_bytes(8, "little") + header + bytes(16)
@@ -316,10 +317,6 @@ def test_a_corrupt_latest_is_not_kept_as_previous(tmp_path):
 
 def test_format_checks_catch_a_cut_file_without_a_manifest(tmp_path):
     """Checkpoints written before the manifest existed still get the format checks."""
-    import torch
-
-    from g2po_bench.core.checkpoints import check_file, verify_checkpoint
-
     folder = tmp_path / "old"
     (folder / "policy").mkdir(parents=True)
     header = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
