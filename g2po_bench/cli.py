@@ -59,11 +59,17 @@ from g2po_bench.benchmarks.registry import (
 )
 from g2po_bench.core.arguments import ArgumentParser, positive_int
 from g2po_bench.core.config import ConfigError, config_to_yaml
-from g2po_bench.core.errors import SUITE_ERRORS, DataDownloadError, EnvironmentSetupError
+from g2po_bench.core.errors import (
+    SUITE_ERRORS,
+    CheckpointError,
+    DataDownloadError,
+    EnvironmentSetupError,
+    MissingDependencyError,
+)
 from g2po_bench.core.tracking import TrackingError
 from g2po_bench.runconfig import load_config
 from g2po_bench.sweeps.cli import add_sweep_arguments, run_sweep_command
-from g2po_bench.train import check_run_for_eval, run_eval, run_train
+from g2po_bench.train import check_run_for_eval, load_train_config, run_eval, run_train
 
 __all__ = ["main", "build_parser"]
 
@@ -81,7 +87,8 @@ HELP: dict[str, tuple[str, str]] = {
         "  g2po train --preset alfworld_1.5b model.path=/models/Qwen2.5-1.5B-Instruct env.data_dir=~/.cache/g2po/alfworld\n"
         "  g2po train --config my.yaml train.iterations=20                              # a YAML file + overrides\n"
         "  g2po train backend=openrlhf --preset webshop_7b model.path=/models/Qwen2.5-7B-Instruct env.data_dir=DIR  # OpenRLHF\n"
-        "  g2po train run_id=RUN_ID resume=true          # continue a killed run from its checkpoint",
+        "  g2po train run_id=RUN_ID resume=true          # continue a killed run from its checkpoint\n"
+        "  g2po train run_id=RUN_ID resume=true train.iterations=80   # ... and extend it (on its recorded config.yaml)",
     ),
     "eval": (
         "Evaluate a training run's latest checkpoint with the run's own config.yaml (key=value overrides go on "
@@ -276,6 +283,10 @@ def _error_kind(exc: BaseException) -> str:
         return "environment error"
     if isinstance(exc, TrackingError):
         return "tracking error"
+    if isinstance(exc, MissingDependencyError):
+        return "setup error"
+    if isinstance(exc, CheckpointError):
+        return "checkpoint error"
     return "data error"
 
 
@@ -333,7 +344,8 @@ def _main(argv: list[str], console) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "train":
-        cfg = _load(args)
+        # resume=true continues the run folder's recorded config.yaml, the arguments on top
+        cfg = load_train_config(args.config, args.overrides, preset=args.preset)
         run = run_train(cfg, console=console, pictures=_tracker_pictures())
         console.print(f"run folder: {run.root}")
         return 0

@@ -53,6 +53,9 @@ __all__ = [
     "LOSS_AGG_MODES",
     "NON_SEMANTIC_KEYS",
     "TRACKER_BACKENDS",
+    "RESUME_MUTABLE_KEYS",
+    "read_recorded_config",
+    "resume_differences",
 ]
 
 RL_TASK_POOLS = ("all", "without_demos")  # train.rl_tasks
@@ -413,8 +416,10 @@ def parse_config(
     *,
     preset_file: str | Path | None = None,
     check_paths: bool = True,
+    base_file: str | Path | None = None,
 ) -> RunConfig:
-    """A RunConfig checked against the schema: dataclass defaults < preset < YAML file < overrides.
+    """A RunConfig checked against the schema: dataclass defaults < base file < preset < YAML file <
+    overrides.
 
     Only what the schema alone can check is checked here (:func:`validate_config`); the suite's
     entry point :func:`g2po_bench.runconfig.load_config` adds the benchmark's and the estimator's
@@ -426,6 +431,8 @@ def parse_config(
         preset_file: a preset YAML file (a benchmark's ``presets/<name>.yaml``).
         check_paths: False skips the checks that ``model.path`` and ``env.data_dir`` exist (a
             sweep's dry run plans with placeholders for folders not given yet).
+        base_file: a YAML file under every other layer: the recorded ``config.yaml`` of the run a
+            resume continues (:func:`g2po_bench.train.load_train_config`).
 
     Raises:
         ConfigError: unknown key, wrong type, bad value, missing or unreadable file.
@@ -433,7 +440,7 @@ def parse_config(
     base = OmegaConf.structured(RunConfig)
     layers: list[DictConfig] = []
     try:
-        for path in (preset_file, config_file):
+        for path in (base_file, preset_file, config_file):
             if path is not None:
                 layers.append(_read_yaml(Path(path)))
         for item in overrides or []:
@@ -649,6 +656,68 @@ HASH_NEUTRAL_DEFAULTS: dict[str, Any] = {
     "train.mini_batch_split": "fixed",
     "algorithm.module": None,
 }
+
+
+#: what a resume may change (``resume=true``; docs/run-folder.md "Resuming a run"): where the run
+#: folder is and how it is found, the display and the trackers, the iterations (to extend a run),
+#: how often a checkpoint is written, how often a crashed-heavy iteration is retried, the
+#: environment worker processes and the torch threads. A dotted key covers its section. Any other
+#: key is what the run is (environment, estimator, model, data, seed, training and evaluation
+#: settings): a resume continues the recorded value, and a different one is refused.
+RESUME_MUTABLE_KEYS = (
+    "run_id", "output_dir", "resume", "progress", "record_graphs", "logging",
+    "train.iterations", "train.checkpoint_every", "train.crash_retries",
+    "env.num_workers", "env.worker_max_episodes", "model.num_threads",
+)
+
+
+def read_recorded_config(path: str | Path) -> dict[str, Any]:
+    """A recorded ``config.yaml`` as a plain dict over the schema's defaults (a key added since it
+    was written holds its default), without the checks of :func:`validate_config` (the folders it
+    names may have moved since).
+
+    Raises:
+        ConfigError: the file is missing, not YAML, or holds a key the schema does not know.
+    """
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(RunConfig), _read_yaml(Path(path)))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"recorded config {str(path)!r}: {_omegaconf_message(exc)}") from None
+    return OmegaConf.to_container(merged, resolve=True)  # type: ignore[return-value]
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def resume_differences(recorded: dict[str, Any], cfg: RunConfig) -> list[tuple[str, Any, Any]]:
+    """The keys where ``cfg`` differs from a run's recorded config and a resume may not change
+    them (not under :data:`RESUME_MUTABLE_KEYS`).
+
+    Args:
+        recorded: the run's ``config.yaml`` (:func:`read_recorded_config`).
+        cfg: the config the resume was asked to run.
+
+    Returns:
+        ``[(dotted key, value in cfg, recorded value), ...]`` sorted by key; empty when the resume
+        continues the recorded config.
+    """
+    old, new = _flatten(recorded), _flatten(config_to_dict(cfg))
+    mutable = tuple(RESUME_MUTABLE_KEYS)
+    out = []
+    for key in sorted(set(old) | set(new)):
+        if any(key == m or key.startswith(m + ".") for m in mutable):
+            continue
+        if old.get(key) != new.get(key):
+            out.append((key, new.get(key), old.get(key)))
+    return out
 
 
 def resolve_device(device: str) -> str:
