@@ -14,7 +14,8 @@ Adding an environment is one new subpackage plus its presets (docs/extending.md)
 
 Required: :attr:`name`, :attr:`task_types`, :attr:`projection`, :meth:`load_tasks`,
 :meth:`make_env`, :meth:`build_prompt`, :meth:`expert_actions`, :meth:`expert_response`.
-Everything else is an optional hook whose default does nothing benchmark-specific.
+Everything else is an optional hook whose default does nothing benchmark-specific (the reward,
+:meth:`Benchmark.step_reward`, defaults to the reference's success reward).
 """
 
 from __future__ import annotations
@@ -113,6 +114,25 @@ class Benchmark(ABC):
         """The action of a model response: the reference projection :attr:`projection`
         (:func:`g2po_bench.benchmarks.parsing.parse_response`); never raises."""
         return parse_response(text, projection=self.projection)
+
+    def step_reward(self, observation: Observation, success_reward: float) -> float:
+        """The reward of a step that led to ``observation``, in the trainer's units (the
+        StepBatch ``reward``).
+
+        The default is the reference setting: ``success_reward`` (``algorithm.success_reward``,
+        10) on the step that wins the episode (``observation.won``), 0 on every other step. A
+        benchmark with a reward of its own (a shaped reward, a task score) overrides it; the
+        estimators take any per-step reward.
+
+        Args:
+            observation: the observation after the step (``reward`` in the environment's own
+                units, ``done``, ``won``, ``info``).
+            success_reward: the reward of a successful episode's final step.
+
+        Returns:
+            float.
+        """
+        return success_reward if observation.won else 0.0
 
     def validate_config(self, cfg: RunConfig) -> None:
         """Check the benchmark's own settings of ``cfg`` before any work starts.
