@@ -336,3 +336,61 @@ def test_each_step_records_the_state_it_led_to_and_the_last_one_where_the_episod
     assert not rb.trajectories[0]["success"] and rb.trajectories[0]["truncated"]
     # the estimator input comes from it with no estimator-specific code
     np.testing.assert_array_equal(rollout_inputs("graphgpo", {}, rb)["next_state_key"], rb.next_state_keys)
+
+
+# ------------------------------------------------------------------ the benchmark's reward, the driver's hooks
+class ProgressRewardToy(type(TOY)):
+    """The toy corridor with a reward of its own: 1 per room gained toward the goal (the room
+    number read from the state key), -0.5 for a refused action, ``success_reward`` on the win."""
+
+    def step_reward(self, observation, success_reward):
+        if observation.won:
+            return success_reward
+        if observation.info.get("refused"):
+            return -0.5
+        return 1.0 if observation.text.startswith("You are in room") else 0.0
+
+
+def test_a_benchmark_defines_the_reward_of_its_steps():
+    tasks = TOY.load_tasks(None, "train")[3:4]  # corridor of length 5
+    script = [act("go east"), act("jump"), act("look"), act("go east"), act("go east"), act("go east")]
+    with EnvPool("toy", None, 1) as pool:
+        rb = collect_rollouts(SequencePolicy(script), pool, ProgressRewardToy(), tasks, group_size=1, max_steps=6,
+                              temperature=1.0, max_new_tokens=8, seed=0, success_reward=7.0)
+        plain = collect_rollouts(SequencePolicy(script), pool, TOY, tasks, group_size=1, max_steps=6,
+                                 temperature=1.0, max_new_tokens=8, seed=0, success_reward=7.0)
+    assert rb.actions == ["go east", "jump", "look", "go east", "go east", "go east"]
+    # east (room 1), refused, look (the room again), east, east, east (room 4: the win)
+    assert rb.steps.reward.tolist() == [1.0, -0.5, 1.0, 1.0, 1.0, 7.0]
+    # the default rule: success_reward on the winning step, else 0
+    assert plain.steps.reward.tolist() == [0.0, 0.0, 0.0, 0.0, 0.0, 7.0]
+    assert rb.actions == plain.actions and rb.trajectories[0]["success"]
+
+
+class StopAfter(RolloutHooks):
+    """Stops every episode once it has taken ``n`` actions (a known end), and records every call."""
+
+    def __init__(self, n):
+        self.n, self.calls = n, []
+
+    def should_stop(self, episode):
+        self.calls.append((episode.index, episode.actions))
+        return episode.num_steps >= self.n
+
+
+def test_hooks_add_to_the_episodes_and_the_default_adds_nothing():
+    import inspect
+
+    # the training path carries no feature of the credit instrument: they are hooks
+    params = inspect.signature(collect_rollouts).parameters
+    assert not {"starts", "sample_seeds", "key_rules", "known_end"} & set(params) and "hooks" in params
+    tasks = TOY.load_tasks(None, "train")[3:5]  # corridors of length 5 and 6
+    hooks = StopAfter(2)
+    with EnvPool("toy", None, 2) as pool:
+        rb = collect_rollouts(SequencePolicy([act("go east")] * 6), pool, TOY, tasks, group_size=2, max_steps=6,
+                              temperature=1.0, max_new_tokens=8, seed=0, hooks=hooks)
+    assert [t["num_steps"] for t in rb.trajectories] == [2, 2, 2, 2]
+    assert all(t["cut"] and not t["success"] and not t["truncated"] for t in rb.trajectories)
+    assert hooks.calls[:4] == [(0, ()), (1, ()), (2, ()), (3, ())]
+    assert hooks.calls[-4:] == [(i, ("go east", "go east")) for i in range(4)]
+    assert rb.state_texts_by_rule == {} and not rb.replayed.any()
