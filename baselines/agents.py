@@ -1,7 +1,9 @@
 """The prompting agents: direct prompting, ReAct and Reflexion, on the shared harness.
 
 All three play the evaluation panel through :class:`g2po_bench.benchmarks.workers.EnvPool` with the
-run's step limit (``env.max_steps``) and return the EVAL record of :mod:`g2po_bench.core.rundir`
+run's step limit (``env.max_steps``), on the RL rollouts' lock-step driver
+(:class:`g2po_bench.benchmarks.driver.LockStepDriver`: ReAct and Reflexion with :class:`ReactAgent`,
+Reflexion's reflections between its trials), and return the EVAL record of :mod:`g2po_bench.core.rundir`
 (``iteration, success_rate, per_task_type, num_episodes, score, mean_steps, invalid_frac``),
 so their rows sit next to the RL rows cell by cell.
 
