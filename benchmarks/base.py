@@ -162,8 +162,8 @@ class Benchmark(ABC):
     def make_state_key_rule(self, rule: str):
         """A fresh per-episode key rule over observations for ``rule`` (``"reference"`` or
         ``"raw"``), whatever rule the environments key with: an object with ``reset(obs)`` and
-        ``update(obs)`` returning the key text of that observation's state. The rollout engine's
-        ``key_rules`` record both rules' keys on the same rollouts (GiGPO groups by the raw key,
+        ``update(obs)`` returning the key text of that observation's state. The credit instrument's
+        rollout hooks (``key_rules``, :class:`g2po_bench.analysis.credit.replay.CreditHooks`) record both rules' keys on the same rollouts (GiGPO groups by the raw key,
         G2PO by the reference key). The default serves benchmarks with a single key rule: every
         rule name gives the environment's own ``Observation.state_key``
         (:class:`g2po_bench.core.protocol.OwnStateKey`); a benchmark whose ``env.state_key``

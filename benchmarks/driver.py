@@ -30,13 +30,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
+
 from g2po_bench.benchmarks.base import Benchmark
 from g2po_bench.benchmarks.parsing import ParsedAction
 from g2po_bench.benchmarks.policy import Generation, Policy, response_was_cut
 from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.core.protocol import Observation, RefusalStop, Task
 
-__all__ = ["Sampling", "Reading", "Agent", "Step", "Episode", "RolloutHooks", "LockStepDriver"]
+__all__ = ["Sampling", "Reading", "Agent", "Step", "Episode", "RolloutHooks", "LockStepDriver", "mean_entropy"]
 
 
 @dataclass(frozen=True)
@@ -101,8 +103,14 @@ class Step:
         next_observation: that observation's text.
         response: the response text (:attr:`Reading.response`; "" for a replayed step).
         thought: :attr:`Reading.thought` ("" for a replayed step).
-        generation: the policy's :class:`Generation`, or None for a step replayed without a
-            policy call.
+        replayed: the step was replayed without a policy call (:meth:`LockStepDriver.replay`).
+        prompt_ids, response_ids, logprobs: the policy's :class:`Generation` fields (empty, empty
+            and None for a replayed step).
+        entropy: the mean token entropy of the response (:func:`mean_entropy`; NaN when not
+            reported or replayed).
+        prompt_truncated: the prompt was cut to the policy's ``max_prompt_tokens``
+            (``Generation.info["prompt_truncated"]``).
+        response_truncated: the response was cut at the token limit (:func:`response_was_cut`).
         keys: the hooks' extra state keys (:meth:`RolloutHooks.record`) of the state the action
             was taken from; ``next_keys``: of the state it led to.
     """
@@ -118,19 +126,33 @@ class Step:
     next_observation: str
     response: str = ""
     thought: str = ""
-    generation: Generation | None = None
+    replayed: bool = False
+    prompt_ids: list[int] = field(default_factory=list)
+    response_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] | None = None
+    entropy: float = float("nan")
+    prompt_truncated: bool = False
+    response_truncated: bool = False
     keys: dict[str, str] = field(default_factory=dict)
     next_keys: dict[str, str] = field(default_factory=dict)
 
-    @property
-    def replayed(self) -> bool:
-        """The step was replayed (no policy call)."""
-        return self.generation is None
+    @classmethod
+    def generated(cls, gen: Generation, reading: Reading, **fields) -> Step:
+        """A step answered by the policy: the response and token fields of ``gen`` and ``reading``,
+        the rest from ``fields``."""
+        return cls(**fields, response=reading.response, thought=reading.thought, prompt_ids=gen.prompt_ids,
+                   response_ids=gen.response_ids, logprobs=gen.logprobs, entropy=mean_entropy(gen),
+                   prompt_truncated=bool(gen.info.get("prompt_truncated", False)),
+                   response_truncated=response_was_cut(gen))
 
-    @property
-    def response_truncated(self) -> bool:
-        """The response was cut at the token limit (:func:`response_was_cut`; False when replayed)."""
-        return self.generation is not None and response_was_cut(self.generation)
+
+def mean_entropy(gen: Generation) -> float:
+    """Mean of ``gen.entropies`` over the response tokens; NaN when not reported (an empty
+    response has entropy 0: nothing was sampled)."""
+    ents = getattr(gen, "entropies", None)
+    if ents is None:
+        return float("nan")
+    return float(np.mean(ents)) if len(ents) else 0.0
 
 
 @dataclass
@@ -288,7 +310,7 @@ class LockStepDriver:
         replayed step (``valid``: the recorded verdict on the action)."""
         new = self.pool.step([(ep.slot, action) for ep, action, _ in moves])
         for ep, action, valid in moves:
-            self._book(ep, new[ep.slot], action, valid)
+            self._book(ep, new[ep.slot], Step(**self._fields(ep, new[ep.slot], action, valid), replayed=True))
             ep.replayed += 1
 
     def _reset(self, items: Sequence[tuple[int, Task]]) -> list[Episode]:
@@ -323,20 +345,24 @@ class LockStepDriver:
         new = self.pool.step([(ep.slot, r.action.action) for ep, r in zip(active, readings)])
         self.timing["step_s"] += time.perf_counter() - t0
         for ep, gen, r in zip(active, gens, readings):
-            self._book(ep, new[ep.slot], r.action.action, r.action.valid, r, gen)
+            o = new[ep.slot]
+            self._book(ep, o, Step.generated(gen, r, **self._fields(ep, o, r.action.action, r.action.valid)))
 
-    def _book(self, ep: Episode, o: Observation, action: str, valid: bool, reading: Reading | None = None,
-              gen: Generation | None = None) -> None:
-        """Book the step ``action`` of ``ep`` (taken from ``ep.observation``, answered by ``o``)."""
+    def _fields(self, ep: Episode, o: Observation, action: str, valid: bool) -> dict:
+        """The fields of the step ``action`` of ``ep`` (taken from ``ep.observation``, answered by
+        ``o``) besides the response's."""
+        return {"step": ep.num_steps, "state_text": ep.observation.state_key, "observation": ep.observation.text,
+                "action": action, "valid": valid, "refused": bool(o.info.get("refused", False)),
+                "reward": self.benchmark.step_reward(o, self.success_reward), "next_state_text": o.state_key,
+                "next_observation": o.text, "keys": ep.keys}
+
+    def _book(self, ep: Episode, o: Observation, step: Step) -> None:
+        """Book ``step`` of ``ep`` (taken from ``ep.observation``, answered by ``o``)."""
         done = o.done or ep.num_steps == self.max_steps - 1
-        step = Step(ep.num_steps, ep.observation.state_key, ep.observation.text, action, valid,
-                    bool(o.info.get("refused", False)), self.benchmark.step_reward(o, self.success_reward),
-                    o.state_key, o.text, response=reading.response if reading else "",
-                    thought=reading.thought if reading else "", generation=gen, keys=ep.keys)
         ep.steps.append(step)
-        ep.invalid += int(not valid)
+        ep.invalid += int(not step.valid)
         ep.truncated_responses += int(step.response_truncated)
-        ep.history.append((ep.observation.text, action))
+        ep.history.append((ep.observation.text, step.action))
         if self._refusals.stuck(ep.index, o):
             ep.stuck = done = True
         ep.observation = o

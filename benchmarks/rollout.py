@@ -312,7 +312,6 @@ def rollout_batch(episodes: Sequence[Episode], *, group_size: int, group_offset:
     traj_arr = np.asarray([group_offset * group_size + ep.index for ep in episodes], dtype=np.int64)
     won_arr = np.asarray([ep.won for ep in episodes], dtype=bool)
     steps = [s for _, s in rows]
-    gens = [s.generation for s in steps]
     batch = StepBatch(
         group_id=group_arr[envs] if rows else np.zeros(0, np.int64),
         traj_id=traj_arr[envs] if rows else np.zeros(0, np.int64),
@@ -324,18 +323,17 @@ def rollout_batch(episodes: Sequence[Episode], *, group_size: int, group_offset:
     )
     return RolloutBatch(
         steps=batch,
-        prompt_ids=[g.prompt_ids if g else [] for g in gens],
-        response_ids=[g.response_ids if g else [] for g in gens],
+        prompt_ids=[s.prompt_ids for s in steps],
+        response_ids=[s.response_ids for s in steps],
         responses=[s.response for s in steps],
         state_texts=[s.state_text for s in steps],
-        prompt_truncated=np.array([bool(g.info.get("prompt_truncated", False)) if g else False for g in gens],
-                                  dtype=bool),
+        prompt_truncated=np.array([s.prompt_truncated for s in steps], dtype=bool),
         response_truncated=np.array([s.response_truncated for s in steps], dtype=bool),
         trajectories=[_trajectory(ep, int(group_arr[k]), int(traj_arr[k]), max_steps, score_default)
                       for k, ep in enumerate(episodes)],
-        sampler_logprobs=[g.logprobs if g else None for g in gens],
+        sampler_logprobs=[s.logprobs for s in steps],
         actions=[s.action for s in steps],
-        entropies=np.array([_mean_entropy(g) if g else float("nan") for g in gens], dtype=np.float64),
+        entropies=np.array([s.entropy for s in steps], dtype=np.float64),
         observations=[s.observation for s in steps],
         refused=np.array([s.refused for s in steps], dtype=bool),
         replayed=np.array([s.replayed for s in steps], dtype=bool),
@@ -357,15 +355,6 @@ def _trajectory(ep: Episode, group_id: int, traj_id: int, max_steps: int, score_
         "truncated_responses": ep.truncated_responses, "crashed": ep.crashed, "start_step": ep.replayed,
         "cut": ep.cut,
     }
-
-
-def _mean_entropy(gen) -> float:
-    """Mean of ``gen.entropies`` over the response tokens; NaN when not reported (an empty
-    response has entropy 0: nothing was sampled)."""
-    ents = getattr(gen, "entropies", None)
-    if ents is None:
-        return float("nan")
-    return float(np.mean(ents)) if len(ents) else 0.0
 
 
 def success_by_task_type(trajectories: Sequence[dict[str, Any]]) -> dict[str, float]:
