@@ -568,7 +568,8 @@ def _gradient_phase(cfg, policy, rb, advantages: dict[str, np.ndarray], truth: G
                                     checks if all(checks) else ())
     how = ("exact gradients" if settings.sketch_dim == 0 else
            f"CountSketch of {settings.sketch_dim} buckets (a second, independent sketch checks it)")
-    return gg, f"loss gradients of {len(st)} rows, {how}; loss aggregation {cfg.train.loss_agg_mode}"
+    return gg, (f"the loss gradient of every sampled row, {how}; loss aggregation {cfg.train.loss_agg_mode}, "
+                f"each block of {settings.batch_groups} groups one batch")
 
 
 def run_study(cfg, policy, pool, bench, tasks: Sequence[Task], settings: CreditSettings, *, progress=None,
