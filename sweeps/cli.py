@@ -99,7 +99,12 @@ def print_plan(spec, decisions, cluster, console=None) -> None:
     console.print(f"[bold]sweep {spec.name}[/bold]  ({e(str(spec.path))})")
     if spec.description:
         console.print(f"  {spec.description.strip()}", markup=False)
-    console.print(f"  results: {spec.runs_dir}/<run_id>/  (config.yaml, metrics.jsonl, eval.json, status.json, checkpoints/)")
+    if spec.kind == "credit":
+        console.print(f"  credit shards: {spec.runs_dir}/<run_id>/  (credit.json, gradients.npz, report.md, credit.log, "
+                      f"status.json); pooled: {_pool_command(spec)}", markup=False)
+    else:
+        console.print(f"  results: {spec.runs_dir}/<run_id>/  (config.yaml, metrics.jsonl, eval.json, status.json, "
+                      "checkpoints/)")
     console.print(f"  state:   {spec.output_dir / 'sweep.json'}   logs: {spec.output_dir / 'submitit'}/<shape>/")
     table = Table(show_lines=False, pad_edge=False, box=None, header_style="bold")
     for col in ("#", "run id", "variant", "seed", "resources", "action"):
@@ -127,6 +132,11 @@ def print_plan(spec, decisions, cluster, console=None) -> None:
         console.print(f"  shape {key}: {res.describe()} -> {how}", markup=False)
     console.print(f"{len(decisions)} run(s): {n_sub} to submit on '{cluster}', {len(decisions) - n_sub} skipped")
     console.file.flush()
+
+
+def _pool_command(spec) -> str:
+    """The command that pools a credit sweep's shards into one study."""
+    return f"g2po credit --pool {spec.runs_dir} --out {spec.output_dir / 'pooled'}"
 
 
 def print_status(spec, rows, console=None) -> None:
@@ -204,7 +214,10 @@ def run_sweep_command(args, console, pictures=None) -> int:
             if args.wait:
                 rows = launcher.wait(spec, args.where, timeout=args.timeout, console=console)
                 print_status(spec, rows)
-                return 0 if all(r.state == "done" for r in rows) else 1
+                done = all(r.state == "done" for r in rows)
+                if done and spec.kind == "credit":
+                    console.print(f"every shard is done; pool them with: {_pool_command(spec)}", markup=False)
+                return 0 if done else 1
             return 0
         if args.sweep_command == "status":
             rows = launcher.sweep_status(spec, args.where, console=console)

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import itertools
 import json
 import re
@@ -74,7 +75,12 @@ __all__ = [
 SPEC_DIR = Path(__file__).parent / "specs"
 
 _SPEC_KEYS = {"name", "description", "output_dir", "vars", "base", "grid", "runs", "seeds",
-              "resources", "max_parallel", "max_timeouts", "setup"}
+              "resources", "max_parallel", "max_timeouts", "setup", "kind", "credit"}
+#: what a sweep runs: training runs, or the shards of a credit study (``g2po credit --shard``)
+SPEC_KINDS = ("train", "credit")
+_CREDIT_KEYS = {"groups", "shards", "args"}
+#: ``g2po credit`` arguments the launcher sets for every shard (a spec setting them is an error)
+_CREDIT_RESERVED = ("--groups", "--shard", "--out", "--name", "--pool", "--target-half-width", "--max-groups")
 _BASE_KEYS = {"preset", "config", "overrides"}
 _VARIANT_KEYS = {"preset", "set", "resources", "label"}
 # keys the launcher sets for every run (a spec setting them is an error)
@@ -138,8 +144,6 @@ class Resources:
             if v:
                 parts.append(f"{k[0]}-{re.sub(r'[^A-Za-z0-9_.-]', '_', v)}")
         if self.extra:  # a stable digest (folder names must not change between launches)
-            import hashlib
-
             parts.append("x" + hashlib.sha256(json.dumps(self.extra, sort_keys=True).encode()).hexdigest()[:6])
         return "_".join(parts)
 
@@ -180,12 +184,16 @@ class PlannedRun:
     # a dry run's placeholders (expand(..., placeholders=True)): the spec variables this run needs
     # that are not set, as "$ENV" or "vars.NAME"; its run id ends in "?" (the hash needs their values)
     needs: list[str] = field(default_factory=list)
+    # a credit shard (spec kind "credit"): the ``g2po credit`` arguments of the shard (``--out`` apart)
+    argv: list[str] | None = None
 
     def label(self) -> str:
         return " ".join(f"{k}={v}" for k, v in self.labels.items() if k != "seed")
 
     def command(self) -> str:
         """The equivalent single-run command line."""
+        if self.argv is not None:
+            return "g2po credit " + " ".join(_shell_quote(a) for a in self.argv)
         pre = f"--preset {self.preset} " if self.preset else ""
         return f"g2po train {pre}" + " ".join(_shell_quote(o) for o in self.overrides)
 
@@ -209,6 +217,7 @@ class SweepSpec:
     max_parallel: int
     max_timeouts: int
     setup: list[str]
+    kind: str = "train"
 
     @property
     def runs_dir(self) -> Path:
@@ -277,10 +286,18 @@ def load_spec(spec: str | Path, variables: dict[str, str] | None = None,
     setup = _get(raw, "setup", "setup") if raw.get("setup") is not None else []
     if not isinstance(setup, list) or not all(isinstance(s, str) for s in setup):
         raise SpecError(f"{path.name}: setup must be a list of shell lines")
+    kind = str(raw.get("kind") or "train")
+    if kind not in SPEC_KINDS:
+        raise SpecError(f"{path.name}: kind {kind!r} is not one of {', '.join(SPEC_KINDS)}")
+    if (kind == "credit") != ("credit" in raw):
+        raise SpecError(f"{path.name}: a spec of kind credit has a credit: block, and only such a spec")
+    if kind == "credit" and any(k in raw for k in ("base", "grid", "runs")):
+        raise SpecError(f"{path.name}: a credit spec takes its study from credit: (groups, shards, args), "
+                        "not from base/grid/runs")
     return SweepSpec(
         path=path.resolve(), name=name, description=str(raw.get("description") or ""),
         output_dir=Path(str(out)).expanduser().resolve(), raw=raw, seeds=seeds,
-        max_parallel=max_parallel, max_timeouts=max_timeouts, setup=setup,
+        max_parallel=max_parallel, max_timeouts=max_timeouts, setup=setup, kind=kind,
     )
 
 
@@ -475,6 +492,8 @@ def expand(spec: SweepSpec, where: list[str] | None = None, *, placeholders: boo
     """
 
     raw = spec.raw
+    if spec.kind == "credit":
+        return _expand_credit(spec, where)
     if placeholders:
         unset = _unset_vars(raw)
         if unset:
@@ -608,3 +627,58 @@ def _check_resources(cfg, res: Resources) -> None:
                         "multi-GPU / multi-node runs need backend=openrlhf")
     if cfg.backend == "local" and res.gpus == 0 and cfg.model.device == "cuda":
         raise SpecError("model.device=cuda but resources.gpus is 0")
+
+
+def _expand_credit(spec: SweepSpec, where: list[str] | None) -> list[PlannedRun]:
+    """The shards of a credit study (spec kind ``credit``): one planned run per shard, whose
+    command is ``g2po credit --groups G <args> --shard I/N`` (the job adds ``--out`` its run folder).
+
+    The spec's ``credit:`` block: ``groups`` (the study's G), ``shards`` (N), ``args`` (further
+    ``g2po credit`` arguments and ``key=value`` overrides, as strings). The run ids are
+    ``credit-<hash of the study>-<I>-of-<N>``; ``--where shard=I`` selects shards. The study's own
+    checks (its config, the shards' blocks) run in each job: a bad argument fails every shard with
+    its one-line message in the shard's ``status.json``.
+
+    Raises:
+        SpecError: a missing or bad ``groups``/``shards``/``args``, a reserved argument.
+    """
+    name = spec.path.name
+    c = _get(spec.raw, "credit", "credit")
+    if not isinstance(c, dict):
+        raise SpecError(f"{name}: credit: expected a mapping with groups, shards and args")
+    unknown = sorted(set(c) - _CREDIT_KEYS)
+    if unknown:
+        raise SpecError(f"{name}: credit: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(_CREDIT_KEYS))})")
+    groups, shards, args = c.get("groups"), c.get("shards", 1), c.get("args") or []
+    for key, v in (("groups", groups), ("shards", shards)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise SpecError(f"{name}: credit.{key} must be an integer >= 1, got {v!r}")
+    if shards > groups:
+        raise SpecError(f"{name}: credit.shards {shards} is more than the groups {groups}")
+    if not isinstance(args, list) or not all(isinstance(a, (str, int, float)) and not isinstance(a, bool)
+                                             for a in args):
+        raise SpecError(f"{name}: credit.args must be a list of strings (g2po credit arguments and key=value overrides)")
+    args = [str(a) for a in args]
+    reserved = sorted({a.split("=", 1)[0] for a in args} & set(_CREDIT_RESERVED))
+    if reserved:
+        raise SpecError(f"{name}: credit.args may not set {', '.join(reserved)}: the launcher sets them per shard")
+    res = _get(spec.raw, "resources", "resources") if spec.raw.get("resources") is not None else {}
+    if not isinstance(res, dict):
+        raise SpecError("resources: expected a mapping")
+    resources = Resources.from_mapping(res, "resources")
+    filters = _parse_where(where)
+    if set(filters) - {"shard"}:
+        raise SpecError(f"--where {', '.join(sorted(set(filters) - {'shard'}))}=...: a credit sweep's one axis is shard")
+    key = hashlib.sha256(json.dumps({"groups": groups, "shards": shards, "args": args}).encode()).hexdigest()[:10]
+    out = []
+    for i in range(1, shards + 1):
+        if "shard" in filters and str(i) not in filters["shard"]:
+            continue
+        argv = ["--groups", str(groups), *args, "--shard", f"{i}/{shards}"]
+        out.append(PlannedRun(run_id=f"credit-{key}-{i:02d}-of-{shards:02d}", labels={"shard": str(i)}, seed=0,
+                              preset=None, overrides=list(argv), resources=resources,
+                              config_yaml=yaml.safe_dump({"kind": "credit", "argv": argv}, sort_keys=False),
+                              argv=argv))
+    if not out:
+        raise SpecError(f"{name}: no shards (check --where shard=...)")
+    return out

@@ -316,3 +316,48 @@ def test_a_jobs_device_auto_is_hashed_as_the_device_its_resources_give(tmp_path,
                                   extra={"grid": {"algorithm.name": ["grpo"], "model.device": [device]}}))
         ids[device] = [r.run_id for r in expand(spec)]
     assert ids["auto"] == ids["cpu"]
+
+
+# ------------------------------------------------------------------ credit studies as shards
+def _credit_spec(tmp_path, **credit):
+    block = {"groups": 8, "shards": 3, "args": ["env.name=toy", "--policy", "toy-scripted", "--batch-groups", "2"]}
+    block.update(credit)
+    path = tmp_path / "credit_toy.yaml"
+    path.write_text(yaml.safe_dump({"kind": "credit", "credit": block, "resources": {"cpus": 1, "time": 10}}))
+    return path
+
+
+def test_a_credit_spec_expands_into_its_shards(tmp_path):
+    spec = load_spec(_credit_spec(tmp_path))
+    runs = expand(spec)
+    assert spec.kind == "credit" and len(runs) == 3
+    assert [r.argv[-2:] for r in runs] == [["--shard", "1/3"], ["--shard", "2/3"], ["--shard", "3/3"]]
+    assert runs[0].argv[:2] == ["--groups", "8"] and "--policy" in runs[0].argv
+    assert runs[0].run_id.startswith("credit-") and runs[0].run_id.endswith("-01-of-03")
+    assert len({r.run_id.rsplit("-", 3)[0] for r in runs}) == 1  # one study
+    assert runs[1].command().startswith("g2po credit --groups 8 env.name=toy")
+    assert [r.run_id for r in expand(spec, ["shard=2"])] == [runs[1].run_id]
+    other = expand(load_spec(_credit_spec(tmp_path, groups=10)))
+    assert other[0].run_id != runs[0].run_id  # another study, other run ids
+
+
+@pytest.mark.parametrize("credit, message", [
+    ({"args": ["--out", "x"]}, "may not set --out"),
+    ({"args": ["--groups=4"]}, "may not set --groups"),
+    ({"shards": 0}, "credit.shards must be an integer >= 1"),
+    ({"shards": 9}, "more than the groups"),
+    ({"seeds": 3}, "unknown key"),
+])
+def test_a_bad_credit_spec_fails_before_any_work(tmp_path, credit, message):
+    with pytest.raises(SpecError, match=message):
+        expand(load_spec(_credit_spec(tmp_path, **credit)))
+
+
+def test_a_credit_block_belongs_to_a_credit_spec(tmp_path):
+    path = tmp_path / "mixed.yaml"
+    path.write_text(yaml.safe_dump({"credit": {"groups": 2}, "grid": {"algorithm.name": ["grpo"]}}))
+    with pytest.raises(SpecError, match="a spec of kind credit has a credit: block"):
+        load_spec(path)
+    path.write_text(yaml.safe_dump({"kind": "credit", "credit": {"groups": 2}, "grid": {"algorithm.name": ["grpo"]}}))
+    with pytest.raises(SpecError, match="not from base/grid/runs"):
+        load_spec(path)
