@@ -271,7 +271,8 @@ def _interval(x: np.ndarray, confidence: float) -> tuple[list[float], float]:
 
 
 def alignment_table(gg: GroupGradients, rows: Sequence[str], target: str, *, n_boot: int = 2000, seed: int = 0,
-                    confidence: float = 0.95, pairs: Sequence[tuple[str, str]] = (), check: bool = True) -> dict:
+                    confidence: float = 0.95, pairs: Sequence[tuple[str, str]] = (), check: bool = True,
+                    draws: bool = False) -> dict:
     """The gradient alignment of every row against one target, with CIs and paired differences.
 
     Args:
@@ -281,6 +282,7 @@ def alignment_table(gg: GroupGradients, rows: Sequence[str], target: str, *, n_b
         n_boot, seed, confidence: the bootstrap over task groups (module docstring).
         pairs: (a, b) row names whose difference cos_a - cos_b is wanted (same draws).
         check: also score the second sketch (``gg.check``) when it has this target's pairs.
+        draws: also return every row's bootstrap draws (``"draws"``: name -> (n_boot,)).
 
     Returns:
         ``{"rows": {name: {"cosine", "ci", "se", "naive"}}, "truth": {"reliability": the
@@ -310,6 +312,8 @@ def alignment_table(gg: GroupGradients, rows: Sequence[str], target: str, *, n_b
     rel_ci, _ = _interval(_ratio(t12_b, t11_b, t22_b), confidence)
     out = {"rows": out_rows, "differences": diffs, "groups": len(gg.groups), "batch": gg.batch,
            "truth": {"reliability": float(_ratio(t12, t11, t22)), "ci": rel_ci}}
+    if draws:
+        out["draws"] = boots
     if check and gg.check and pair_key(h1, h2) in gg.check:
         mc = _Moments(gg, gg.check, counts[:0])
         c12 = mc.inner(pair_key(h1, h2))[0]
