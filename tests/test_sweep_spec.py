@@ -174,7 +174,8 @@ def test_cpu_ablation_reuses_the_committed_main_cells_and_ablates_one_axis_each(
 
 
 def test_every_spec_in_the_folder_is_covered():
-    assert {p.stem for p in SPEC_DIR.glob("*.yaml")} == set(PAPER_SPECS) | {"smoke", "cpu_proxy", "cpu_ablation"}
+    assert {p.stem for p in SPEC_DIR.glob("*.yaml")} == set(PAPER_SPECS) | {"smoke", "cpu_proxy", "cpu_ablation",
+                                                                          "credit_trained", "credit_warm_start"}
 
 
 def test_missing_variable_names_the_environment_variable(monkeypatch):
@@ -339,6 +340,17 @@ def test_a_credit_spec_expands_into_its_shards(tmp_path):
     assert [r.run_id for r in expand(spec, ["shard=2"])] == [runs[1].run_id]
     other = expand(load_spec(_credit_spec(tmp_path, groups=10)))
     assert other[0].run_id != runs[0].run_id  # another study, other run ids
+
+
+def test_the_committed_credit_specs_shard_208_groups_into_13_blocks(monkeypatch):
+    monkeypatch.delenv("G2PO_CREDIT_RUN", raising=False)
+    for name, policy in (("credit_trained", ["--run", "results/runs/alfworld-g2po-s0-ac5faa397e"]),
+                         ("credit_warm_start", [])):
+        runs = expand(load_spec(name))
+        assert len(runs) == 13 and runs[12].argv[-2:] == ["--shard", "13/13"]
+        assert runs[0].argv[:2 + len(policy)] == ["--groups", "208", *policy]
+    monkeypatch.setenv("G2PO_CREDIT_RUN", "/runs/g2po")
+    assert expand(load_spec("credit_trained"))[0].argv[2:4] == ["--run", "/runs/g2po"]
 
 
 @pytest.mark.parametrize("credit, message", [

@@ -3,7 +3,7 @@
 - :func:`plot_scatter`: one panel per main estimator (and the oracle): each sampled step's
   advantage A (y) against its ground truth A* (x), with the panel's mean within-group Spearman.
 - :func:`plot_correlations`: every scored row's mean within-group Spearman with its 95 % CI
-  (horizontal bars, coloured by ablation axis), with the Monte-Carlo ceiling sqrt(reliability)
+  (horizontal bars, coloured by ablation axis), with the reliability index sqrt(reliability) of the ground truth
   and the oracle (split-half) as vertical lines.
 - :func:`plot_gradient`: every scored row's gradient alignment (the cosine of its policy gradient
   with the true one in a training batch) with its 95 % CI, the same layout.
@@ -111,7 +111,7 @@ def plot_correlations(record: dict[str, Any], out: str | os.PathLike, *, target:
     ceil = sc.get("ceiling", {})
     c = _num(ceil.get("ceiling", {}).get("mean"))
     if math.isfinite(c):
-        ax.axvline(c, color="black", ls="--", lw=1, label=f"ceiling sqrt(reliability) = {c:.2f}")
+        ax.axvline(c, color="black", ls="--", lw=1, label=f"reliability index sqrt(reliability) = {c:.2f}")
     r = _num(ceil.get("split_half", {}).get("mean"))
     if math.isfinite(r):
         ax.axvline(r, color="0.4", ls=":", lw=1, label=f"split-half r = {r:.2f}")

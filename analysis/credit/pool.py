@@ -10,7 +10,7 @@ so the three give the same figures when their groups are the same.
 - **One shared set of groups.** A within-group correlation is undefined in a group where either
   side is constant. Every row of a target is reported on the same groups: those where the oracle
   and every main row (the estimators at their defaults) are defined (their count beside the
-  study's), so rows are compared on the same tasks and the ceiling is the ceiling of those groups;
+  study's), so rows are compared on the same tasks and the reliability index is that of those groups;
   an ablation row undefined in some of them says how many. Sign agreement and credit mass are
   taken over the same groups. The gradient alignment is defined on every group (a sum).
 - **Paired differences** (every pair of main rows, every ablation against its estimator's main
