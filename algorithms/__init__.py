@@ -7,7 +7,8 @@ imports every module of that subpackage, and those of installed packages (entry 
 this package imports nothing heavier than numpy (the torch losses live in
 :mod:`g2po_bench.algorithms.losses`, imported on demand).
 
-Modules: ``registry`` (register / discover / check / estimate), ``estimators`` (one module per
+Modules: ``registry`` (a package by role: ``spec`` registers and checks, ``discovery`` finds and
+looks up by name, ``estimation`` runs), ``estimators`` (one module per
 estimator, equations and sources in its docstring, shown on docs/estimators/), the shared
 numerics ``normalize`` (grouped statistics), ``_prep`` (canonical row order), ``_graph``
 (successors, graph diagnostics) and ``_rowwise`` (helpers of the per-row oracles), ``losses``

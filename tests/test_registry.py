@@ -1,4 +1,4 @@
-"""The estimator registry: names, options, validation, custom estimators (algorithms/registry.py)."""
+"""The estimator registry: names, options, validation, custom estimators (algorithms/registry/)."""
 
 from __future__ import annotations
 
@@ -153,7 +153,7 @@ def test_register_custom_estimator(batch):
         with pytest.raises(ValueError, match="already registered"):
             register_estimator(name)(lambda b: AdvantageResult(np.zeros(len(b))))
     finally:
-        registry._REGISTRY.pop(name, None)
+        registry.spec._REGISTRY.pop(name, None)
 
 
 def test_register_rejects_options_the_function_lacks():
@@ -186,7 +186,7 @@ def test_bad_estimator_output_is_caught(batch):
             check_options(name, {"depth": 2.5})
         check_options(name, {"depth": 3})
     finally:
-        registry._REGISTRY.pop(name, None)
+        registry.spec._REGISTRY.pop(name, None)
 
 
 def test_describe_lists_every_option():

@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 RL_TASK_POOLS = ("all", "without_demos")  # train.rl_tasks
-# estimator inputs (algorithms/registry.py INPUTS) that backend=openrlhf cannot supply
+# estimator inputs (algorithms/registry/spec.py INPUTS) that backend=openrlhf cannot supply
 OPENRLHF_LACKS = ("entropies",)
 OLD_LOGPROBS = ("auto", "recompute", "sampler")  # train.old_logprobs
 #: train.loss_agg_mode: how a loss is aggregated over tokens and samples (verl core_algos agg_loss)
