@@ -22,12 +22,14 @@ Quick use::
 
 from g2po_bench.algorithms.registry import (
     AdvantageResult,
+    BoundEstimator,
     available_estimators,
+    bind_estimator,
     check_options,
     compute_advantages,
     estimate,
+    estimator_defaults,
     estimator_inputs,
-    estimator_options,
     register_estimator,
     rollout_inputs,
 )
@@ -36,12 +38,14 @@ from g2po_bench.core.batch import StepBatch
 __all__ = [
     "StepBatch",
     "AdvantageResult",
+    "BoundEstimator",
     "available_estimators",
+    "bind_estimator",
     "check_options",
     "compute_advantages",
     "estimate",
     "estimator_inputs",
-    "estimator_options",
+    "estimator_defaults",
     "register_estimator",
     "rollout_inputs",
 ]

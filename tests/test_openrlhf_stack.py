@@ -35,9 +35,12 @@ if importlib.util.find_spec("openrlhf") is None:  # pragma: no cover - depends o
 
 from fake_rollouts import TOY, act, toy_rollouts  # noqa: E402
 
-from g2po_bench.algorithms.backends.common import estimator_inputs_of  # noqa: E402
-from g2po_bench.algorithms.backends.common import estimator_options as local_estimator_options  # noqa: E402
-from g2po_bench.algorithms.registry import estimate  # noqa: E402
+from g2po_bench.algorithms.registry import (  # noqa: E402
+    bind_run_estimator,
+    estimate,
+    rollout_inputs,
+    run_estimator_options,
+)
 from g2po_bench.benchmarks.rollout import collect_rollouts  # noqa: E402
 from g2po_bench.benchmarks.workers import EnvPool  # noqa: E402
 from g2po_bench.runconfig import load_config  # noqa: E402
@@ -207,8 +210,6 @@ def test_step_rows_become_openrlhf_experiences_and_back(orl):
 def test_experience_maker_writes_the_registry_advantages_on_action_tokens(orl, name):
     """OpenRLHF's experience maker, with the suite's advantages: equal to the local backend's
     per-step advantages on every response token, 0 elsewhere (values read at the prompt end)."""
-    from g2po_bench.algorithms.backends.common import step_advantages
-
     rb = toy_rollouts(seed=3)
     cfg = load_config(overrides=[f"algorithm.name={name}", "env.name=toy", "backend=openrlhf"])
     args, _ = parsed_args(orl, cfg)
@@ -224,12 +225,14 @@ def test_experience_maker_writes_the_registry_advantages_on_action_tokens(orl, n
             for j, pos in enumerate(e.index):
                 if ss.rows[pos] >= 0:
                     e.values[j, ss.prompt_lens[pos] - 1] = float(v_rows[ss.rows[pos]])
-    maker.prepare(ss, lambda values: step_advantages(cfg, rb, values))
+    estimator = bind_run_estimator(cfg)  # as the trainer binds it
+    maker.prepare(ss, lambda values: estimator(rb, values))
     exps = maker.compute_advantages_and_returns(exps)
     assert args.algo.advantage.gamma == 1.0  # OpenRLHF's gamma handling is bypassed, ours (0.95) is used
     if name == "ppo":
         np.testing.assert_array_equal(maker.values, v_rows)
-    local = estimate(name, rb.steps, inputs=estimator_inputs_of(cfg, rb, v_rows), **local_estimator_options(cfg))
+    options = run_estimator_options(cfg)
+    local = estimate(name, rb.steps, inputs=rollout_inputs(name, options, rb, v_rows), **options)
     for e in exps:
         assert e.kl is None
         for j, pos in enumerate(e.index):

@@ -37,10 +37,16 @@ This package is the public face: every name below is importable from
 Public API
 ----------
 - :func:`register_estimator` -- decorator that registers ``fn(batch, **options, **inputs)``.
-- :func:`available_estimators`, :func:`estimator_spec`, :func:`estimator_options`.
+- :func:`available_estimators`, :func:`estimator_spec`, :func:`estimator_defaults` (the default
+  option values of an estimator, with an environment's where it declares some).
 - :func:`estimator_inputs` -- the inputs an estimator needs with given options.
 - :func:`rollout_inputs` -- the inputs dict from a RolloutBatch (+ critic values).
 - :func:`check_options` -- validate an options dict (unknown name, wrong type, bad choice).
+- :func:`bind_estimator` -- look an estimator up and check its options once; the
+  :class:`BoundEstimator` it returns is what a trainer calls every iteration
+  (``estimator(rollouts, values) -> AdvantageResult``; inputs and result still checked per call).
+- :func:`run_estimator_options`, :func:`bind_run_estimator` -- the options a run config passes
+  to its estimator, and its estimator bound to them (the config load and the trainers).
 - :func:`estimate` -- run an estimator; returns :class:`AdvantageResult`.
 - :func:`oracle_estimate` -- run its per-row oracle (where one is registered).
 - :func:`trial_estimate` -- run it once on a small synthetic batch (the config load's check).
@@ -91,17 +97,21 @@ from g2po_bench.algorithms.registry.discovery import (
     check_options,
     describe_estimators,
     discover_estimators,
+    estimator_defaults,
     estimator_inputs,
-    estimator_options,
     estimator_spec,
     import_estimator_module,
 )
 from g2po_bench.algorithms.registry.estimation import (
+    BoundEstimator,
+    bind_estimator,
+    bind_run_estimator,
     check_inputs,
     compute_advantages,
     estimate,
     oracle_estimate,
     rollout_inputs,
+    run_estimator_options,
     trial_estimate,
 )
 from g2po_bench.algorithms.registry.spec import (
@@ -126,7 +136,11 @@ __all__ = [
     "discover_estimators",
     "import_estimator_module",
     "available_estimators",
-    "estimator_options",
+    "estimator_defaults",
+    "BoundEstimator",
+    "bind_estimator",
+    "run_estimator_options",
+    "bind_run_estimator",
     "estimator_spec",
     "estimator_inputs",
     "rollout_inputs",

@@ -8,7 +8,7 @@ installed package adds estimators), and a run config can name one more module wi
 Importing a module is what registers its estimators (:func:`~g2po_bench.algorithms.registry.spec.register_estimator`).
 
 Every function here that takes an estimator's name discovers first: :func:`available_estimators`,
-:func:`estimator_spec`, :func:`estimator_options`, :func:`estimator_inputs`,
+:func:`estimator_spec`, :func:`estimator_defaults`, :func:`estimator_inputs`,
 :func:`check_options` and :func:`describe_estimators`.
 """
 
@@ -32,7 +32,7 @@ __all__ = [
     "error_location",
     "available_estimators",
     "estimator_spec",
-    "estimator_options",
+    "estimator_defaults",
     "estimator_inputs",
     "check_options",
     "describe_estimators",
@@ -140,7 +140,7 @@ def estimator_spec(name: str) -> EstimatorSpec:
         ) from None
 
 
-def estimator_options(name: str, env: str | None = None) -> dict[str, Any]:
+def estimator_defaults(name: str, env: str | None = None) -> dict[str, Any]:
     """Default values of every option ``name`` accepts (common options included), with the
     defaults of environment ``env`` where the estimator declares some (``env_defaults``).
 
@@ -166,7 +166,7 @@ def check_options(name: str, options: Mapping[str, Any]) -> None:
 
     Args:
         name: a registered estimator.
-        options: option name -> value (a subset of :func:`estimator_options`).
+        options: option name -> value (a subset of :func:`estimator_defaults`).
 
     Raises:
         ValueError: unknown estimator; an unknown option (the message lists the known ones);

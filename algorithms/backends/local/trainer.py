@@ -66,10 +66,8 @@ from g2po_bench.algorithms.backends.common import (
     eval_metrics,
     evaluate_panel,
     load_task_splits,
-    needs_critic,
     rl_tasks,
     rollout_metrics,
-    step_advantages,
     train_temperature_eval_due,
     training_rollouts,
 )
@@ -94,6 +92,7 @@ from g2po_bench.algorithms.backends.local.sampling import SamplingParams, model_
 from g2po_bench.algorithms.backends.local.value import ValueModel
 from g2po_bench.algorithms.backends.local.warm_start import ensure_warm_start
 from g2po_bench.algorithms.backends.progress import format_rate_ci
+from g2po_bench.algorithms.registry import bind_run_estimator
 from g2po_bench.benchmarks.cpus import usable_cpus
 from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.rollout import RolloutBatch
@@ -125,6 +124,7 @@ class LocalTrainer:
     def __init__(self, cfg: RunConfig, console=None, pictures: RunPictures | None = None):
         self.cfg = cfg
         self.bench = get_benchmark(cfg.env.name)
+        self.estimator = bind_run_estimator(cfg)  # options checked once; called every iteration
         self.console = console
         self.device = resolve_device(cfg.model.device)
         self.critic: ValueModel | None = None
@@ -251,7 +251,7 @@ class LocalTrainer:
                                   compute_dtype=self.compute_dtype)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.train.lr,
                                            weight_decay=cfg.train.weight_decay)
-        if needs_critic(cfg):
+        if self.estimator.needs_critic:
             self.critic = ValueModel.from_policy(self.model, lr=cfg.train.value_lr,
                                                  weight_decay=cfg.train.value_weight_decay,
                                                  compute_dtype=self.compute_dtype,
@@ -313,7 +313,7 @@ class LocalTrainer:
         if self.critic is not None:
             values = self.critic.predict(rb.prompt_ids, self.tokenizer.pad_token_id,
                                          batch_size=cfg.train.micro_batch_size)
-        res = step_advantages(cfg, rb, values)
+        res = self.estimator(rb, values)
         t_adv = time.time()
         check_stop()  # a stop requested during the rollouts abandons the iteration here
         self.lifecycle.update_started()  # the update changes the model: no longer the state of iteration it-1
