@@ -1,6 +1,6 @@
 """The prompting agents: direct prompting, ReAct and Reflexion, on the shared harness.
 
-All three play the evaluation panel through :class:`g2po_bench.benchmarks.workers.EnvPool` with the
+All three play the evaluation panel through :class:`g2po_bench.runtime.workers.EnvPool` with the
 run's step limit (``env.max_steps``) and return the EVAL record of :mod:`g2po_bench.core.rundir`
 (``iteration, success_rate, per_task_type, num_episodes, score, mean_steps, invalid_frac``),
 so their rows sit next to the RL rows cell by cell.
@@ -45,10 +45,10 @@ from g2po_bench.baselines.prompts import (
 from g2po_bench.benchmarks.base import Benchmark
 from g2po_bench.benchmarks.evaluation import evaluate
 from g2po_bench.benchmarks.parsing import ParsedAction, parse_response
-from g2po_bench.benchmarks.policy import Policy
 from g2po_bench.benchmarks.rollout import success_by_task_type
-from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.core.protocol import Observation, RefusalStop, Task
+from g2po_bench.runtime.policy_protocol import Policy
+from g2po_bench.runtime.workers import EnvPool
 
 __all__ = ["parse_step", "Episode", "run_react_episodes", "run_react", "run_reflexion", "run_direct",
            "summarise", "step_seed", "STOP", "stop_strings"]

@@ -4,7 +4,7 @@ For each of G tasks, N environments start the same task (a *task group*, docs/de
 "The StepBatch") and are played in lock-step: at every step the prompts of all active
 environments are generated in one batch by the policy, parsed
 (:func:`g2po_bench.benchmarks.parsing.parse_response`), and stepped in parallel worker processes
-(:class:`g2po_bench.benchmarks.workers.EnvPool`). An episode ends on success, on the environment's own
+(:class:`g2po_bench.runtime.workers.EnvPool`). An episode ends on success, on the environment's own
 end, at ``max_steps`` (truncation: a failure), after ``stop_after_refusals`` consecutive
 actions the engine refused when that option is on (``Observation.info["refused"]``; a
 failure, recorded as ``stuck``), or when its environment crashes (a failure, restarted for the
@@ -27,11 +27,11 @@ from typing import Any
 import numpy as np
 
 from g2po_bench.benchmarks.base import Benchmark
-from g2po_bench.benchmarks.policy import Policy, response_was_cut, supports_sample_seeds
-from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.core.batch import StepBatch, hash_state_keys
 from g2po_bench.core.protocol import Observation, RefusalStop, Task
 from g2po_bench.core.seeding import mix_seed
+from g2po_bench.runtime.policy_protocol import Policy, response_was_cut, supports_sample_seeds
+from g2po_bench.runtime.workers import EnvPool
 
 __all__ = ["RolloutBatch", "EpisodeStart", "ReplayMismatch", "collect_rollouts", "success_by_task_type",
            "state_label"]
@@ -80,7 +80,7 @@ class RolloutBatch:
             ``max_prompt_tokens`` and kept only its last tokens (``Generation.info
             ["prompt_truncated"]``).
         response_truncated: (B,) bool, the step's response was cut at ``max_new_tokens``
-            (:func:`g2po_bench.benchmarks.policy.response_was_cut`); its action is usually invalid.
+            (:func:`g2po_bench.runtime.policy_protocol.response_was_cut`); its action is usually invalid.
         trajectories: one dict per trajectory: ``traj_id, group_id, task_id, task_type,
             success, num_steps, score, invalid_steps, truncated`` (ran to the step limit
             without success), ``stuck`` (ended by ``stop_after_refusals``),
@@ -263,7 +263,7 @@ def collect_rollouts(
     """Play ``group_size`` episodes of every task in lock-step and collect the steps.
 
     Args:
-        policy: any :class:`g2po_bench.benchmarks.policy.Policy`.
+        policy: any :class:`g2po_bench.runtime.policy_protocol.Policy`.
         pool: the environment pool (needs ``len(tasks) * group_size`` slots; slots are
             created on first use).
         benchmark: the benchmark module (``build_prompt``; see :mod:`g2po_bench.benchmarks.registry`).
@@ -293,7 +293,7 @@ def collect_rollouts(
             with the per-prompt seed ``mix_seed(sample_seeds[i], t)``
             (:func:`g2po_bench.core.seeding.mix_seed`), so an episode does not depend on
             which other episodes share the call. Needs a policy that takes ``seeds``
-            (:func:`g2po_bench.benchmarks.policy.supports_sample_seeds`).
+            (:func:`g2po_bench.runtime.policy_protocol.supports_sample_seeds`).
         key_rules: state-key rules (``"raw"``, ``"reference"``) whose keys are recorded for
             every row besides the configured one (``RolloutBatch.state_keys_by_rule``), computed
             from the observations by :meth:`Benchmark.make_state_key_rule`; () records none.

@@ -49,7 +49,6 @@ from g2po_bench.analysis.graph_cli import add_graph_arguments, run_graph
 from g2po_bench.analysis.pictures import AnalysisPictures
 from g2po_bench.baselines.config import baseline_run_dict, is_baseline_request, load_baseline_config
 from g2po_bench.benchmarks.base import Benchmark
-from g2po_bench.benchmarks.policies import PolicyError
 from g2po_bench.benchmarks.registry import (
     all_benchmarks,
     benchmark_load_errors,
@@ -62,6 +61,7 @@ from g2po_bench.core.config import ConfigError, config_to_yaml
 from g2po_bench.core.errors import SUITE_ERRORS, DataDownloadError, EnvironmentSetupError
 from g2po_bench.core.tracking import TrackingError
 from g2po_bench.runconfig import load_config
+from g2po_bench.runtime.policies import PolicyError
 from g2po_bench.sweeps.cli import add_sweep_arguments, run_sweep_command
 from g2po_bench.train import check_run_for_eval, run_eval, run_train
 

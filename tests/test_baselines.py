@@ -15,9 +15,9 @@ from g2po_bench.baselines.config import BaselineConfig, is_baseline_request, loa
 from g2po_bench.baselines.fewshot import Transcript, select_examples
 from g2po_bench.baselines.prompts import StepView, render_react_prompt
 from g2po_bench.baselines.run import run_baseline
-from g2po_bench.benchmarks.policy import Generation
 from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.core.config import ConfigError
+from g2po_bench.runtime.policy_protocol import Generation
 
 TOY = get_benchmark("toy")
 

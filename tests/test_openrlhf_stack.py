@@ -41,9 +41,10 @@ from g2po_bench.algorithms.registry import (  # noqa: E402
     rollout_inputs,
     run_estimator_options,
 )
+from g2po_bench.benchmarks.registry import get_benchmark  # noqa: E402
 from g2po_bench.benchmarks.rollout import collect_rollouts  # noqa: E402
-from g2po_bench.benchmarks.workers import EnvPool  # noqa: E402
 from g2po_bench.runconfig import load_config  # noqa: E402
+from g2po_bench.runtime.workers import EnvPool  # noqa: E402
 
 _STUB_ROOTS = ("vllm", "flash_attn")
 
@@ -65,7 +66,7 @@ def orl():
             exp=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.experience"),
             maker=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.experience_maker"),
             trainer=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.trainer"),
-            policy=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.policy"),
+            policy=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.engine_policy"),
             cpu_workers=importlib.import_module("openrlhf_cpu_workers"),
             settings=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.settings"),
             stubbed=need,
@@ -393,7 +394,7 @@ def test_ray_rollout_side_with_a_cpu_policy(orl, ray_cluster, tiny_model):
     advantages are the registry's. Log-probs equal the local backend's on the same rows."""
     ray = ray_cluster
     from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
-    from g2po_bench.algorithms.backends.local.policy import (
+    from g2po_bench.algorithms.backends.local.transformers_policy import (
         LocalPolicy,
         pack_sequences,
         response_logprobs,
@@ -416,7 +417,7 @@ def test_ray_rollout_side_with_a_cpu_policy(orl, ray_cluster, tiny_model):
     assert policy.encode_prompt(probe) == local_policy.encode_prompt(probe)
 
     tasks = TOY.load_tasks(None, "train")[:2]
-    with EnvPool("toy", None, 2) as pool:
+    with EnvPool(get_benchmark("toy"), None, 2) as pool:
         kw = dict(group_size=3, max_steps=3, temperature=1.0, max_new_tokens=6, seed=11)
         rb = collect_rollouts(policy, pool, TOY, tasks, **kw)
         again = collect_rollouts(policy, pool, TOY, tasks, **kw)

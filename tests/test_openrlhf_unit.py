@@ -40,7 +40,7 @@ _orig = importlib.util.find_spec
 importlib.util.find_spec = lambda n, *a: None if n.split(".")[0] in BLOCK else _orig(n, *a)
 import g2po_bench.algorithms.backends.openrlhf as b
 import g2po_bench.algorithms.backends.openrlhf.settings, g2po_bench.algorithms.backends.openrlhf.cluster
-import g2po_bench.algorithms.backends.common, g2po_bench.algorithms.backends.openrlhf.policy
+import g2po_bench.algorithms.backends.common, g2po_bench.algorithms.backends.openrlhf.engine_policy
 import g2po_bench.cli, g2po_bench.train
 from g2po_bench.runconfig import load_config
 assert set(b.missing_requirements()) == BLOCK, b.missing_requirements()

@@ -23,12 +23,13 @@ from g2po_bench.analysis.state_graph import (
     group_rows,
     recompute,
 )
+from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.rollout import collect_rollouts, state_label
-from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.cli import main as cli_main
 from g2po_bench.core.config import config_hash
 from g2po_bench.core.steptable import read_step_table, recorded_iterations, write_step_table
 from g2po_bench.runconfig import load_config
+from g2po_bench.runtime.workers import EnvPool
 
 COMMON = ("mode", "gamma", "step_weight", "invalid_penalty", "success_reward")
 
@@ -41,7 +42,7 @@ def recorded(tmp_path_factory):
     cfg = load_config(None, ["env.name=toy"])
     tasks = TOY.load_tasks(None, "train")[2:5]  # corridors of 4, 5, 6 rooms
     pol = TokenPolicy([act("go east"), act("go east"), act("go west"), act("look"), "no tags"])
-    with EnvPool("toy", None, 2) as pool:
+    with EnvPool(get_benchmark("toy"), None, 2) as pool:
         rb = collect_rollouts(pol, pool, TOY, tasks, group_size=8, max_steps=8, temperature=1.0,
                               max_new_tokens=8, seed=1)
     res = bind_run_estimator(cfg)(rb)

@@ -600,7 +600,7 @@ def mapped_downward_libs() -> int:
 def preload_worker_modules() -> None:
     """Import textworld and alfworld and install :func:`install_caches` in this process.
 
-    :class:`g2po_bench.benchmarks.workers.EnvPool` calls it before it forks its environment workers: a
+    :class:`g2po_bench.runtime.workers.EnvPool` calls it before it forks its environment workers: a
     forked worker then starts with the modules loaded instead of importing them itself, which
     took about 1.3 of the 1.8 s of a fresh worker's first reset, and a worker recycled every
     ``env.worker_max_episodes`` episodes paid it again each time.
