@@ -12,7 +12,7 @@ looks up by name, ``estimation`` runs), ``estimators`` (one module per
 estimator, equations and sources in its docstring, shown on docs/estimators/), the shared
 numerics ``normalize`` (grouped statistics), ``_prep`` (canonical row order), ``_graph``
 (successors, graph diagnostics) and ``_rowwise`` (helpers of the per-row oracles), ``losses``
-(torch), ``synthetic`` (random batches and inputs) and ``bench`` (``g2po bench advantages``).
+(torch), ``synthetic`` (random batches and inputs) and ``speed`` (``g2po bench advantages``).
 Quick use::
 
     from g2po_bench.algorithms import estimate

@@ -33,12 +33,12 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
-from g2po_bench.algorithms.bench import main as bench_main
 from g2po_bench.algorithms.registry import (
     available_estimators,
     describe_estimators,
     import_estimator_module,
 )
+from g2po_bench.algorithms.speed import main as bench_main
 from g2po_bench.analysis.cli import add_report_arguments, run_report
 from g2po_bench.analysis.credit.cli import (
     add_credit_arguments,

@@ -319,16 +319,16 @@ def test_cli_config_prints_the_baseline_run_config(capsys):
     assert "max_trails" in capsys.readouterr().err
 
 
-def test_bench_summarizes_baseline_runs(tmp_path, capsys):
-    from g2po_bench.baselines import bench
+def test_measure_summarizes_baseline_runs(tmp_path, capsys):
+    from g2po_bench.baselines import measure
 
     cfg, b = toy_config(tmp_path, "baseline=reflexion", "baseline.max_trials=2", "env.max_steps=3")
     run_baseline(cfg, b, policy=ScriptedPolicy(lambda p: "Plan: x" if "did not complete it" in p
                                                else "<action>go east</action>"))
-    assert bench.main(["--summarize", str(tmp_path)]) == 0
+    assert measure.main(["--summarize", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "toy       reflexion" in out and "0.400 (2/5)" in out and "by trial 0.400/0.400" in out
-    assert bench.main(["--summarize", str(tmp_path / "nothing-here")]) == 1
+    assert measure.main(["--summarize", str(tmp_path / "nothing-here")]) == 1
 
 
 def test_baseline_episodes_end_after_refusals_like_rl_episodes(tmp_path):

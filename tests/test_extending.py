@@ -88,7 +88,7 @@ def test_a_new_module_in_the_estimators_package_trains_benchmarks_and_reports(tm
     """One new file beside the built-ins (here a temporary folder added to the package's path,
     so the working tree is untouched) is found by discovery and works everywhere."""
     import g2po_bench.algorithms.estimators as package
-    from g2po_bench.algorithms.bench import run_advantage_benchmark
+    from g2po_bench.algorithms.speed import run_advantage_benchmark
     from g2po_bench.algorithms.synthetic import reference_batch, synthetic_inputs
     from g2po_bench.analysis.report import build_report
     from g2po_bench.train import run_train

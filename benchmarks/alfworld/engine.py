@@ -12,7 +12,7 @@ environment cycle through them; a rollout engine needs to reset to a *chosen* ga
 we hold the same wrappers around one ``PddlEnv`` and call ``load(game_file)`` when the game
 changes (``shuffle=False`` = the evaluation setting: objects are numbered in sorted-id order).
 
-Speed (CPU time on a 2-core machine; ``python -m g2po_bench.benchmarks.alfworld.bench``): the unmodified
+Speed (CPU time on a 2-core machine; ``python -m g2po_bench.benchmarks.alfworld.speed``): the unmodified
 engine spends ~0.9 s per ``reset`` of an official kitchen in fast-downward's PDDL-to-SAS
 translation (run twice per reset) and ~60 ms per random ``step``, mostly re-parsing grammar
 snippets and conditions with TatSu and deep-copying derivation contexts. With
