@@ -339,12 +339,10 @@ def register_estimator(
             declared option or input.
     """
     _check_declaration(name, options, inputs, variant_options, env_defaults, state_key)
-    defaults = dict(COMMON_OPTIONS)
-    defaults.update(options or {})
-    all_choices = dict(_COMMON_CHOICES)
-    all_choices.update(choices or {})
-    all_validators = dict(_COMMON_VALIDATORS)
-    all_validators.update(validators or {})
+    # the common options' defaults, choices and validators, under the estimator's own
+    defaults = {**COMMON_OPTIONS, **(options or {})}
+    all_choices = {**_COMMON_CHOICES, **(choices or {})}
+    all_validators = {**_COMMON_VALIDATORS, **(validators or {})}
 
     def decorator(fn: Callable[..., AdvantageResult]) -> Callable[..., AdvantageResult]:
         old = _REGISTRY.get(name)
