@@ -52,6 +52,11 @@ class Benchmark(ABC):
             reporting one (WebShop: 0.0, an episode that never buys, as the reference scores every
             episode); None (the default): the environment reports no score (ALFWorld). The rollout
             engine gives it to such episodes, so an evaluation's score counts every episode.
+        reference_max_steps: the step limit of an episode in the benchmark's published protocol
+            (ALFWorld 50, WebShop 15, AppWorld 30), or None (the default) when there is none. A
+            prompting-baseline run whose config does not set ``env.max_steps`` plays with it
+            (:func:`g2po_bench.baselines.config.load_baseline_config`), and ``g2po report`` marks
+            a baseline row that played with fewer steps.
         expert_detour, expert_stall, expert_mistake: plan editors for the warm start's
             demonstrations (:func:`g2po_bench.benchmarks.demos.collect_demonstrations`), or None
             when the benchmark has none (signatures: ALFWorld's functions of the same names).
@@ -63,6 +68,7 @@ class Benchmark(ABC):
     prompt_styles: ClassVar[tuple[str, ...]] = ("reference",)
     action_tag: ClassVar[str] = "action"
     episode_score_default: ClassVar[float | None] = None
+    reference_max_steps: ClassVar[int | None] = None
     agent_intro: ClassVar[str] = ("You are an agent in a text environment. You solve a task by taking actions "
                                   "one step at a time.")
     expert_detour: ClassVar[Callable[..., list[str]] | None] = None

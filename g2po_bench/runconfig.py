@@ -45,13 +45,19 @@ def load_config(
     overrides: list[str] | None = None,
     *,
     preset: str | None = None,
+    check_paths: bool = True,
+    base_file: str | Path | None = None,
 ) -> RunConfig:
-    """Build a validated RunConfig: dataclass defaults < preset < YAML file < overrides.
+    """Build a validated RunConfig: dataclass defaults < base file < preset < YAML file < overrides.
 
     Args:
         config_file: a YAML file with any subset of the keys.
         overrides: dotted ``key=value`` strings, e.g. ``["algorithm.name=gigpo", "seed=3"]``.
         preset: a preset name (``g2po config --help`` lists them), e.g. ``alfworld_1.5b``.
+        check_paths: False skips the checks that ``model.path`` and ``env.data_dir`` exist (a
+            sweep's dry run with placeholders for folders not given yet).
+        base_file: a YAML file under every other layer (the recorded ``config.yaml`` of the run a
+            resume continues: :func:`g2po_bench.train.load_train_config`).
 
     Returns:
         The RunConfig with ``env.prompt``, ``env.state_key`` and ``train.old_logprobs`` resolved
@@ -66,7 +72,7 @@ def load_config(
             path = preset_file(preset)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-    cfg = parse_config(config_file, overrides, preset_file=path)
+    cfg = parse_config(config_file, overrides, preset_file=path, check_paths=check_paths, base_file=base_file)
     check_run_config(cfg)
     return cfg
 

@@ -146,7 +146,8 @@ def export_allocation(resources: dict[str, Any], cluster: str) -> dict[str, str]
 
 
 def _has_checkpoint(run: RunDir) -> int | None:
-    """Iteration of the checkpoint a resume would load (``latest`` or a leftover ``latest.old``)."""
+    """Iteration of the checkpoint a resume would load (the newest intact one:
+    :meth:`g2po_bench.core.rundir.RunDir.find_checkpoint`), None when there is none."""
     d = run.resume_checkpoint()
     if d is None:
         return None
@@ -199,8 +200,10 @@ def train_one(task: RunTask, console=None) -> dict[str, Any]:
             return {"run_id": task.run_id, "state": "skipped", "reason": "already done"}
 
         resume_from = _has_checkpoint(run)
-        if resume_from is None and run.metrics_path.exists():
-            atomic_write_text(run.metrics_path, "")  # fresh start: drop lines of a killed attempt
+        if not run.has_checkpoint() and run.metrics_path.exists():
+            # fresh start: drop lines of a killed attempt (a run whose checkpoints are all corrupt
+            # keeps its records: the trainer refuses to resume it, naming the file)
+            atomic_write_text(run.metrics_path, "")
         try:  # validated at launch; checked again here (paths must exist on this node too)
             cfg = _task_config(task, load_config)
         except Exception as exc:

@@ -360,3 +360,68 @@ def test_refusal_stop_counts_refusals_in_a_row_per_episode():
     assert not any(RefusalStop(0).stuck("a", obs(True)) for _ in range(5))
     with pytest.raises(ValueError, match="stop_after_refusals"):
         RefusalStop(-1)
+
+
+# ---------------------------------------------------------------------------- the published protocol
+OPENAI = ["baseline=react", "baseline.policy=openai", "baseline.base_url=http://127.0.0.1:1/v1", "baseline.api_model=m"]
+
+
+def test_a_baseline_plays_the_benchmarks_published_step_limit(tmp_path):
+    """Issue 51: the prompting-baseline recipe ran ALFWorld with the CPU default's 15 steps (docs and paper:
+    50; only baselines/bench.py set 50). A baseline now plays each benchmark's published limit unless the
+    overrides, the config file or a preset set env.max_steps."""
+    from g2po_bench.benchmarks.registry import preset_files
+
+    assert load_baseline_config(None, ["env=alfworld", *OPENAI])[0].env.max_steps == 50
+    assert load_baseline_config(None, ["env=webshop", *OPENAI])[0].env.max_steps == 15
+    assert load_baseline_config(None, ["env=alfworld", "env.max_steps=7", *OPENAI])[0].env.max_steps == 7
+    assert load_baseline_config(None, ["env=toy", *OPENAI])[0].env.max_steps == 15  # no published limit
+    f = tmp_path / "run.yaml"
+    f.write_text(yaml.safe_dump({"env": {"name": "alfworld", "max_steps": 20}}))
+    assert load_baseline_config(f, OPENAI)[0].env.max_steps == 20  # a rerun keeps its recorded limit
+    # the limits are the GPU presets' (the papers' settings)
+    for preset, name in (("alfworld_1.5b", "alfworld"), ("webshop_1.5b", "webshop"), ("appworld_14b", "appworld")):
+        steps = yaml.safe_load(preset_files()[preset].read_text())["env"]["max_steps"]
+        assert get_benchmark(name).reference_max_steps == steps
+
+
+def test_printing_a_baseline_config_converts_no_model(tmp_path, monkeypatch, capsys):
+    """Issue 51: `g2po config baseline=... model=smollm2` converted the model (a side effect of printing a
+    config). It now prints the folder the run will convert it into and converts nothing."""
+    import g2po_bench.baselines.config as bconfig
+    from g2po_bench.cli import main
+
+    target = tmp_path / "models" / "SmolLM2-135M-Instruct"
+
+    def no_conversion(*args, **kwargs):
+        raise AssertionError("g2po config converted the model")
+
+    monkeypatch.setattr(bconfig, "ensure_smollm2", no_conversion)
+    monkeypatch.setattr(bconfig, "smollm2_folder", lambda *a: (target, False), raising=False)
+    assert main(["config", "baseline=react", "model=smollm2", "env=toy"]) == 0
+    out = capsys.readouterr()
+    assert yaml.safe_load(out.out)["model"]["path"] == str(target)
+    assert "not there yet" in out.err and not target.exists()
+    with pytest.raises(AssertionError, match="converted"):  # a run converts it
+        load_baseline_config(None, ["env=toy", "baseline=react", "model=smollm2"])
+
+
+def test_a_baseline_run_says_each_start_up_phase(tmp_path):
+    """Issue 51: a baseline run was silent for about 3 minutes at start (tasks, few-shot examples, model,
+    workers). Each phase now prints a line with the seconds since the start, before the first episode."""
+    import io
+
+    from rich.console import Console
+
+    cfg, b = toy_config(tmp_path, "baseline=react", "baseline.num_examples=1", "progress=true")
+    buf = io.StringIO()
+    run_baseline(cfg, b, console=Console(file=buf, width=200), policy=ScriptedPolicy(
+        lambda p: "<think>east</think><action>go east</action>"))
+    lines = buf.getvalue().splitlines()
+    phases = ["react on toy: loading the valid_seen tasks", "panel: 5 task(s) x 1 episode(s), at most 8 steps each",
+              "few-shot examples: 1 expert transcript(s) per task type", "starting the environment workers",
+              "playing 5 task(s)"]
+    at = [next(i for i, line in enumerate(lines) if phase in line) for phase in phases]
+    first_episode = next(i for i, line in enumerate(lines) if "react trial 1" in line)
+    assert at == sorted(at) and at[-1] < first_episode
+    assert all(lines[i].lstrip().startswith("[") and " s] " in lines[i] for i in at)

@@ -58,6 +58,35 @@ assert not any(m.split(".")[0] in BLOCK for m in sys.modules), [m for m in sys.m
     assert "OK" in res.stdout
 
 
+def test_train_without_the_gpu_stack_prints_the_install_hint_alone(tmp_path):
+    """Issue 48, item 8: ``g2po train backend=openrlhf`` without OpenRLHF's packages printed a
+    traceback around the right message; it prints that message as one line (exit 2) and writes
+    nothing."""
+    code = r"""
+import importlib.abc, importlib.util, sys
+BLOCK = {"openrlhf", "vllm", "flash_attn", "ray", "deepspeed"}
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCK:
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked)")
+        return None
+sys.meta_path.insert(0, Block())
+_orig = importlib.util.find_spec
+importlib.util.find_spec = lambda n, *a: None if n.split(".")[0] in BLOCK else _orig(n, *a)
+from g2po_bench.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+    out = tmp_path / "runs"
+    res = subprocess.run([sys.executable, "-c", code, "train", "backend=openrlhf", "env.name=toy", f"output_dir={out}"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    err = res.stderr.strip()
+    assert res.returncode == 2, res.stderr[-3000:]
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith("setup error: backend=openrlhf needs OpenRLHF") and "pip install -e '.[openrlhf]'" in err
+    assert "missing: openrlhf, ray, deepspeed, vllm, flash_attn" in err
+    assert not out.exists()
+
+
 def test_the_openrlhf_wheels_tests_package_does_not_shadow_this_folder():
     """The openrlhf wheel installs a top-level ``tests`` package into site-packages. This folder
     has no ``__init__.py`` and pytest (default import mode) imports its files by base name, so

@@ -284,6 +284,7 @@ class AlfworldBenchmark(Benchmark):
     task_types = TASK_TYPES
     projection = PROJECTION
     prompt_styles = ("reference", "compact")
+    reference_max_steps = 50  # the papers' step limit (the GPU presets' env.max_steps)
     agent_intro = (
         'You are an expert agent operating in the ALFRED Embodied Environment, a text-based '
         'household. You solve a task by interacting with the environment one step at a time; the '

@@ -88,6 +88,7 @@ class WebShopBenchmark(Benchmark):
     name = "webshop"
     task_types = TASK_TYPES
     projection = PROJECTION
+    reference_max_steps = 15  # the papers' step limit (the GPU presets' env.max_steps)
     agent_intro = (
         'You are an expert autonomous agent operating in the WebShop e-commerce environment. You '
         'buy the product that matches an instruction by searching and clicking: search[<query>] on '

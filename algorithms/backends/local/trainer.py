@@ -31,8 +31,9 @@ that sampled.
 
 Evaluation on a fixed panel at ``eval.temperature`` before RL (after the warm start), every
 ``eval.every`` iterations and at the end. A checkpoint (policy, optimizer, critic and its
-optimizer, RNG and trainer state) is written atomically every ``train.checkpoint_every`` iterations; a run with
-``resume=true`` continues from it and loses at most the iterations since.
+optimizer, RNG and trainer state) is written atomically and verified every ``train.checkpoint_every`` iterations,
+the one before it kept; a run with ``resume=true`` continues from the newest intact one and loses at most the
+iterations since.
 
 The run's records (status, metrics, evaluations, checkpoint bookkeeping and resume, timing,
 step tables, trackers) and the signal policy are the run lifecycle's
@@ -160,8 +161,8 @@ class LocalTrainer:
     # ------------------------------------------------------------------ setup
     def _setup_model(self, pool: EnvPool, train_tasks) -> dict[str, float]:
         cfg = self.cfg
-        ckpt = self.run.resume_checkpoint()
-        if cfg.resume and ckpt is not None:
+        ckpt = self.lifecycle.resume_from  # the newest intact checkpoint (resume=true), else None
+        if ckpt is not None:
             self.model, self.tokenizer = load_model_and_tokenizer(ckpt / "policy", dtype="float32",
                                                                   device=cfg.model.device)
             self.ref_model, _ = load_model_and_tokenizer(self.run.root / "reference", dtype=cfg.model.dtype,
