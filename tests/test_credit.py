@@ -11,6 +11,7 @@ import pytest
 
 from g2po_bench.analysis.credit.exact import ExactCorridor, exact_ground_truth
 from g2po_bench.analysis.credit.groundtruth import Continuations, ground_truth, index_prefixes
+from g2po_bench.analysis.credit.replay import ReplayMismatch
 from g2po_bench.analysis.credit.scoring import (
     group_stats,
     rank_average,
@@ -32,7 +33,6 @@ from g2po_bench.analysis.credit.variants import (
     variant_advantages,
 )
 from g2po_bench.benchmarks.registry import get_benchmark
-from g2po_bench.benchmarks.rollout import ReplayMismatch
 from g2po_bench.benchmarks.toy.scripted_policy import ScriptedCorridorPolicy, respond
 from g2po_bench.core.protocol import Task
 from g2po_bench.runconfig import load_config

@@ -30,10 +30,10 @@ from typing import Any
 from g2po_bench.algorithms.backends.common import rl_tasks
 from g2po_bench.algorithms.backends.progress import RunProgress
 from g2po_bench.analysis.credit.record import CREDIT_FILE, study_record, write_record
+from g2po_bench.analysis.credit.replay import ReplayMismatch
 from g2po_bench.analysis.credit.report import ceiling_line, write_study_report
 from g2po_bench.analysis.credit.study import CreditSettings, choose_tasks, run_study
 from g2po_bench.benchmarks.registry import get_benchmark
-from g2po_bench.benchmarks.rollout import ReplayMismatch
 from g2po_bench.benchmarks.toy.scripted_policy import ScriptedCorridorPolicy
 from g2po_bench.core.arguments import non_negative_int, positive_int
 from g2po_bench.core.config import ConfigError, config_to_yaml

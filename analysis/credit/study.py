@@ -7,9 +7,9 @@ The phases (each timed; :class:`CreditStudy` ``timing``):
    temperature, prompt, step limit, refusal stop), with the state keys of both rules recorded
    on the same rollouts (GiGPO groups by the raw key, G2PO by the reference key);
 2. **continuations**: for every distinct history h_t of the sampled rows, K continuations of
-   the same policy from the replayed prefix (:class:`g2po_bench.benchmarks.rollout.EpisodeStart`;
+   the same policy from the replayed prefix (:class:`g2po_bench.analysis.credit.replay.EpisodeStart`;
    the replayed observations must equal the recorded ones, else
-   :class:`g2po_bench.benchmarks.rollout.ReplayMismatch` names the task and step). Continuations
+   :class:`g2po_bench.analysis.credit.replay.ReplayMismatch` names the task and step). Continuations
    of many prefixes run together in waves of ``wave`` episodes (one policy batch per lock-step
    step; the environment pool's workers are reused), each episode sampled from its own seed
    (``sample_seeds``), so the results do not depend on the waves. Coupling ``"common"``
@@ -50,6 +50,7 @@ from g2po_bench.analysis.credit.groundtruth import (
     ground_truth,
     index_prefixes,
 )
+from g2po_bench.analysis.credit.replay import CreditHooks, EpisodeStart
 from g2po_bench.analysis.credit.scoring import ceiling, group_stats, score_rows, summarize
 from g2po_bench.analysis.credit.variants import (
     MissingInput,
@@ -57,7 +58,7 @@ from g2po_bench.analysis.credit.variants import (
     study_variants,
     variant_advantages,
 )
-from g2po_bench.benchmarks.rollout import EpisodeStart, collect_rollouts
+from g2po_bench.benchmarks.rollout import collect_rollouts
 from g2po_bench.core.batch import StepBatch
 from g2po_bench.core.protocol import STATE_KEY_RULES, Task
 from g2po_bench.core.seeding import mix_seed, text_seed
@@ -186,7 +187,7 @@ def sample_groups(policy, pool, bench, cfg, tasks: Sequence[Task], settings: Cre
     kw = training_rollout_settings(cfg)
     kw["group_size"] = settings.group_size
     return collect_rollouts(policy, pool, bench, list(tasks), seed=settings.seed, on_step=on_step,
-                            key_rules=STATE_KEY_RULES, **kw)
+                            hooks=CreditHooks(bench, key_rules=STATE_KEY_RULES), **kw)
 
 
 def continuation_seed(settings: CreditSettings, task_id: str, actions: Sequence[str], k: int) -> int:
@@ -244,11 +245,12 @@ def run_continuations(policy, pool, bench, cfg, tasks: Sequence[Task], rows: Stu
             # only after the continuation's own first action (the pooled estimate needs it)
             return len(actions) > pre[i].step and (pre[i].task_index, chunk[i][1], actions) in known
 
-        rb = collect_rollouts(
-            policy, pool, bench, [tasks[x.task_index] for x in pre], seed=settings.seed,
-            starts=[EpisodeStart(x.actions, x.observations, x.valid) for x in pre],
+        hooks = CreditHooks(
+            bench, starts=[EpisodeStart(x.actions, x.observations, x.valid) for x in pre],
             sample_seeds=[continuation_seed(settings, tasks[x.task_index].task_id, x.actions, k)
-                          for x, (_, k) in zip(pre, chunk)], known_end=known_end if merge else None, **kw)
+                          for x, (_, k) in zip(pre, chunk)], known_end=known_end if merge else None)
+        rb = collect_rollouts(policy, pool, bench, [tasks[x.task_index] for x in pre], seed=settings.seed,
+                              hooks=hooks, **kw)
         for key, src in (("resets", "reset_s"), ("replays", "replay_s"), ("generation", "generate_s"),
                          ("env_steps", "step_s")):
             timing[key] += rb.timing.get(src, 0.0)
