@@ -1,6 +1,6 @@
 """The prompting agents: direct prompting, ReAct and Reflexion, on the shared harness.
 
-All three play the evaluation panel through :class:`g2po_bench.benchmarks.workers.EnvPool` with the
+All three play the evaluation panel through :class:`g2po_bench.runtime.workers.EnvPool` with the
 run's step limit (``env.max_steps``), on the RL rollouts' lock-step driver
 (:class:`g2po_bench.benchmarks.driver.LockStepDriver`: ReAct and Reflexion with :class:`ReactAgent`,
 Reflexion's reflections between its trials), and return the EVAL record of :mod:`g2po_bench.core.rundir`
@@ -48,11 +48,11 @@ from g2po_bench.benchmarks.base import Benchmark
 from g2po_bench.benchmarks.driver import Episode, LockStepDriver, Reading, Sampling
 from g2po_bench.benchmarks.evaluation import evaluate
 from g2po_bench.benchmarks.parsing import ParsedAction, parse_response
-from g2po_bench.benchmarks.policy import Policy
 from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.rollout import success_by_task_type
-from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.core.protocol import Task
+from g2po_bench.runtime.policy_protocol import Policy
+from g2po_bench.runtime.workers import EnvPool
 
 __all__ = ["parse_step", "Trial", "ReactAgent", "run_react_episodes", "run_react", "run_reflexion", "run_direct",
            "summarise", "step_seed", "STOP", "stop_strings"]

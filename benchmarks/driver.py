@@ -7,7 +7,7 @@ current observation, history, step counter, flags and the steps booked so far);
 :class:`LockStepDriver` plays a set of episodes in lock-step: at every step it asks the
 :class:`Agent` for the prompts of the active episodes, calls the policy once for all of them, lets
 the agent read each response into an action, steps the environments in parallel
-(:class:`g2po_bench.benchmarks.workers.EnvPool`) and books each step into its episode.
+(:class:`g2po_bench.runtime.workers.EnvPool`) and books each step into its episode.
 
 An episode ends on success, on the environment's own end, at ``max_steps`` (truncation), after
 ``stop_after_refusals`` refused actions in a row (:class:`g2po_bench.core.protocol.RefusalStop`;
@@ -34,9 +34,9 @@ import numpy as np
 
 from g2po_bench.benchmarks.base import Benchmark
 from g2po_bench.benchmarks.parsing import ParsedAction
-from g2po_bench.benchmarks.policy import Generation, Policy, response_was_cut
-from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.core.protocol import Observation, RefusalStop, Task
+from g2po_bench.runtime.policy_protocol import Generation, Policy, response_was_cut
+from g2po_bench.runtime.workers import EnvPool
 
 __all__ = ["Sampling", "Reading", "Agent", "Step", "Episode", "RolloutHooks", "LockStepDriver", "mean_entropy"]
 
@@ -247,7 +247,7 @@ class LockStepDriver:
     """Plays episodes in lock-step with one policy call per step (module docstring).
 
     Args:
-        policy: any :class:`g2po_bench.benchmarks.policy.Policy`.
+        policy: any :class:`g2po_bench.runtime.policy_protocol.Policy`.
         pool: the environment pool (slots are created on first use).
         benchmark: the benchmark (:meth:`Benchmark.step_reward`).
         agent: the :class:`Agent` that writes prompts and reads responses.

@@ -5,7 +5,7 @@ For each of G tasks, N environments start the same task (a *task group*, docs/de
 at every step the prompts of all active environments (the benchmark's step prompt,
 :class:`StepPromptAgent`) are generated in one batch by the policy, parsed (the benchmark's
 ``parse_response``), and stepped in parallel worker processes
-(:class:`g2po_bench.benchmarks.workers.EnvPool`). An episode ends on success, on the environment's own
+(:class:`g2po_bench.runtime.workers.EnvPool`). An episode ends on success, on the environment's own
 end, at ``max_steps`` (truncation: a failure), after ``stop_after_refusals`` consecutive
 actions the engine refused when that option is on (``Observation.info["refused"]``; a
 failure, recorded as ``stuck``), or when its environment crashes (a failure, restarted for the
@@ -30,10 +30,10 @@ import numpy as np
 
 from g2po_bench.benchmarks.base import Benchmark
 from g2po_bench.benchmarks.driver import Episode, LockStepDriver, Reading, RolloutHooks, Sampling
-from g2po_bench.benchmarks.policy import Policy
-from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.core.batch import StepBatch, hash_state_keys
 from g2po_bench.core.protocol import Task
+from g2po_bench.runtime.policy_protocol import Policy
+from g2po_bench.runtime.workers import EnvPool
 
 __all__ = ["RolloutBatch", "StepPromptAgent", "collect_rollouts", "rollout_batch", "success_by_task_type",
            "state_label"]
@@ -82,7 +82,7 @@ class RolloutBatch:
             ``max_prompt_tokens`` and kept only its last tokens (``Generation.info
             ["prompt_truncated"]``).
         response_truncated: (B,) bool, the step's response was cut at ``max_new_tokens``
-            (:func:`g2po_bench.benchmarks.policy.response_was_cut`); its action is usually invalid.
+            (:func:`g2po_bench.runtime.policy_protocol.response_was_cut`); its action is usually invalid.
         trajectories: one dict per trajectory: ``traj_id, group_id, task_id, task_type,
             success, num_steps, score, invalid_steps, truncated`` (ran to the step limit
             without success), ``stuck`` (ended by ``stop_after_refusals``),
@@ -241,7 +241,7 @@ def collect_rollouts(
     :class:`StepPromptAgent`).
 
     Args:
-        policy: any :class:`g2po_bench.benchmarks.policy.Policy`.
+        policy: any :class:`g2po_bench.runtime.policy_protocol.Policy`.
         pool: the environment pool (needs ``len(tasks) * group_size`` slots; slots are
             created on first use).
         benchmark: the benchmark (``build_prompt``, ``parse_response``, ``step_reward``; see

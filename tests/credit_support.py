@@ -12,7 +12,7 @@ from __future__ import annotations
 from local_trainer import tiny_model_dir
 
 from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
-from g2po_bench.benchmarks.toy.policy import ScriptedCorridorPolicy
+from g2po_bench.benchmarks.toy.scripted_policy import ScriptedCorridorPolicy
 
 
 class ScriptedModelPolicy(ScriptedCorridorPolicy):

@@ -16,10 +16,10 @@ from g2po_bench.baselines.fewshot import Transcript, select_examples
 from g2po_bench.baselines.prompts import StepView, render_react_prompt
 from g2po_bench.baselines.run import run_baseline
 from g2po_bench.benchmarks.driver import LockStepDriver, Sampling
-from g2po_bench.benchmarks.policy import Generation
 from g2po_bench.benchmarks.registry import get_benchmark
-from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.core.config import ConfigError
+from g2po_bench.runtime.policy_protocol import Generation
+from g2po_bench.runtime.workers import EnvPool
 
 TOY = get_benchmark("toy")
 
@@ -146,7 +146,7 @@ def test_react_plays_on_the_lock_step_driver_with_its_thoughts_and_reflections_i
     agent = ReactAgent("toy", max_steps=3, memory={7: ["Plan: always go east."]},
                        prompt_options={"style": "completion"})
     pol = ScriptedPolicy(lambda p: "East looks right.</think><action>Go East.</action>")
-    with EnvPool("toy", None, 1) as pool:
+    with EnvPool(get_benchmark("toy"), None, 1) as pool:
         driver = LockStepDriver(pol, pool, TOY, agent, Sampling(0.5, 16), lambda t: step_seed(4, 1, t), max_steps=3)
         episodes = driver.run([(3, tasks[0]), (7, tasks[1])])
     assert [c["seed"] for c in pol.calls] == [step_seed(4, 1, t) for t in range(len(pol.calls))]
@@ -350,16 +350,16 @@ def test_cli_config_prints_the_baseline_run_config(capsys):
     assert "max_trails" in capsys.readouterr().err
 
 
-def test_bench_summarizes_baseline_runs(tmp_path, capsys):
-    from g2po_bench.baselines import bench
+def test_measure_summarizes_baseline_runs(tmp_path, capsys):
+    from g2po_bench.baselines import measure
 
     cfg, b = toy_config(tmp_path, "baseline=reflexion", "baseline.max_trials=2", "env.max_steps=3")
     run_baseline(cfg, b, policy=ScriptedPolicy(lambda p: "Plan: x" if "did not complete it" in p
                                                else "<action>go east</action>"))
-    assert bench.main(["--summarize", str(tmp_path)]) == 0
+    assert measure.main(["--summarize", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "toy       reflexion" in out and "0.400 (2/5)" in out and "by trial 0.400/0.400" in out
-    assert bench.main(["--summarize", str(tmp_path / "nothing-here")]) == 1
+    assert measure.main(["--summarize", str(tmp_path / "nothing-here")]) == 1
 
 
 def test_baseline_episodes_end_after_refusals_like_rl_episodes(tmp_path):

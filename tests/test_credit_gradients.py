@@ -14,8 +14,11 @@ from local_trainer import tiny_model_dir
 
 from g2po_bench.algorithms import losses
 from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
-from g2po_bench.algorithms.backends.local.policy import pack_sequences, response_logprobs
 from g2po_bench.algorithms.backends.local.sampling import SamplingParams
+from g2po_bench.algorithms.backends.local.transformers_policy import (
+    pack_sequences,
+    response_logprobs,
+)
 from g2po_bench.algorithms.backends.progress import RunProgress
 from g2po_bench.analysis.credit.alignment import alignment_table
 from g2po_bench.analysis.credit.gradients import (
@@ -33,9 +36,9 @@ from g2po_bench.analysis.credit.study import (
     run_study,
 )
 from g2po_bench.benchmarks.registry import get_benchmark
-from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.core.config import LOSS_AGG_MODES
 from g2po_bench.runconfig import load_config
+from g2po_bench.runtime.workers import EnvPool
 
 TOY = get_benchmark("toy")
 
@@ -173,7 +176,7 @@ def model_study(tmp_path_factory):
     tasks = choose_tasks(TOY.load_tasks(cfg.env, "train"), 4, 0)
     settings = CreditSettings(groups=4, group_size=4, continuations=0, exact=True, n_boot=200, batch_groups=2,
                               sketch_dim=0)
-    with EnvPool("toy", cfg.env, 2, max_episodes=0) as pool:
+    with EnvPool(get_benchmark("toy"), cfg.env, 2, max_episodes=0) as pool:
         study = run_study(cfg, policy, pool, TOY, tasks, settings)
     return cfg, policy, tasks, settings, study
 

@@ -44,9 +44,9 @@ from g2po_bench.analysis.credit.study import (
     shard_range,
 )
 from g2po_bench.benchmarks.registry import get_benchmark
-from g2po_bench.benchmarks.toy.policy import ScriptedCorridorPolicy
-from g2po_bench.benchmarks.workers import EnvPool
+from g2po_bench.benchmarks.toy.scripted_policy import ScriptedCorridorPolicy
 from g2po_bench.runconfig import load_config
+from g2po_bench.runtime.workers import EnvPool
 
 TOY = get_benchmark("toy")
 PROVENANCE = ("created", "command", "code", "machine", "timing", "parts")
@@ -59,7 +59,7 @@ def toy_cfg(*overrides: str):
 def _records(policy, cfg, tasks, settings, ranges):
     """(where, record, gradients) of a study run on each group range."""
     out = []
-    with EnvPool("toy", cfg.env, 2, max_episodes=0) as pool:
+    with EnvPool(TOY, cfg.env, 2, max_episodes=0) as pool:
         for first, stop in ranges:
             st = run_study(cfg, policy, pool, TOY, tasks, settings, groups=(first, stop))
             rec = json.loads(json.dumps(study_record(st, cfg, policy={"kind": "test"}, command=["g2po", "credit"])))
@@ -182,7 +182,7 @@ def test_continuations_that_meet_in_one_wave_share_their_end():
     cfg = toy_cfg("env.max_steps=10", "env.stop_after_refusals=0")
     tasks = choose_tasks(TOY.load_tasks(cfg.env, "train"), 3, 2)
     pol = ScriptedCorridorPolicy()
-    with EnvPool("toy", cfg.env, 2, max_episodes=0) as pool:
+    with EnvPool(TOY, cfg.env, 2, max_episodes=0) as pool:
         base = CreditSettings(groups=3, group_size=4, continuations=8, seed=2, wave=100_000)
         rows = _study_rows(sample_groups(pol, pool, TOY, cfg, tasks, base), tasks)
         joined, _ = run_continuations(pol, pool, TOY, cfg, tasks, rows, base)

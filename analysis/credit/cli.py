@@ -56,12 +56,12 @@ from g2po_bench.analysis.credit.report import ceiling_line, write_study_report
 from g2po_bench.analysis.credit.resolution import groups_for_half_width
 from g2po_bench.analysis.credit.study import CreditSettings, choose_tasks, run_study
 from g2po_bench.benchmarks.registry import get_benchmark
-from g2po_bench.benchmarks.toy.policy import ScriptedCorridorPolicy
-from g2po_bench.benchmarks.workers import EnvPool
+from g2po_bench.benchmarks.toy.scripted_policy import ScriptedCorridorPolicy
 from g2po_bench.core.arguments import non_negative_int, positive_int
 from g2po_bench.core.config import ConfigError, config_to_yaml
 from g2po_bench.core.rundir import code_version
 from g2po_bench.runconfig import load_config
+from g2po_bench.runtime.workers import EnvPool
 from g2po_bench.train import check_run_for_eval
 
 __all__ = ["add_credit_arguments", "run_credit_command", "run_bench_command", "parse_shard", "POLICIES"]
@@ -187,8 +187,8 @@ def _out_dir(args, cfg, policy_label: str) -> Path:
 def _load_local(cfg, model_dir: Path, batch_tokens: int):
     # lazy: torch and transformers (about 5 s to import), not on the path of help and config errors
     from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
-    from g2po_bench.algorithms.backends.local.policy import LocalPolicy
     from g2po_bench.algorithms.backends.local.precision import compute_dtype
+    from g2po_bench.algorithms.backends.local.transformers_policy import LocalPolicy
 
     model, tok = load_model_and_tokenizer(model_dir, dtype="float32", device=cfg.model.device)
     return LocalPolicy(model, tok, max_prompt_tokens=cfg.train.max_prompt_tokens, max_batch_tokens=batch_tokens,
@@ -231,7 +231,7 @@ def _settings(args, cfg) -> CreditSettings:
 
 def _policy_label(args, cfg) -> tuple[str, dict[str, Any]]:
     if args.policy == "toy-scripted":
-        return "toy-scripted", {"kind": "scripted", "path": "g2po_bench.benchmarks.toy.policy"}
+        return "toy-scripted", {"kind": "scripted", "path": "g2po_bench.benchmarks.toy.scripted_policy"}
     if args.run is not None:
         return "run", {"kind": "run", "path": str(Path(args.run).resolve())}
     if cfg.model.path is not None:
@@ -260,7 +260,7 @@ def _load_policy(args, cfg, bench, train_tasks, out: Path, policy_rec: dict[str,
     if cached:  # reused as is: no expert replay, no environment needed
         ws = ensure_warm_start(cfg, None, bench, train_tasks, run_root=out, progress=progress)
     else:
-        with EnvPool(cfg.env.name, cfg.env, cfg.env.num_workers) as pool:  # expert replays recycle workers
+        with EnvPool(bench, cfg.env, cfg.env.num_workers) as pool:  # expert replays recycle workers
             ws = ensure_warm_start(cfg, pool, bench, train_tasks, run_root=out, progress=progress)
     policy_rec.update({"path": str(ws.model_dir), "warm_start_key": ws.key, "reused": ws.reused})
     return _load_local(cfg, ws.model_dir, batch_tokens), None
@@ -296,7 +296,7 @@ def _grow(args, cfg, policy, bench, tasks, settings: CreditSettings, progress, v
     parts: list[tuple[str, dict[str, Any], Any]] = []
     first, stop = 0, min(args.groups, len(tasks))
     while True:
-        with EnvPool(cfg.env.name, cfg.env, cfg.env.num_workers, max_episodes=0) as pool:
+        with EnvPool(bench, cfg.env, cfg.env.num_workers, max_episodes=0) as pool:
             study = run_study(cfg, policy, pool, bench, tasks, settings, progress=progress, values_fn=values_fn,
                               groups=(first, stop))
         parts.append((f"groups {first}..{stop - 1}", study_record(study, cfg, policy=policy_rec, command=command,
@@ -367,7 +367,7 @@ def run_study_command(args, console) -> tuple[Path, dict[str, Any]]:
                                   command, code)
     else:
         # a study touches G games only: the workers need no recycling
-        with EnvPool(cfg.env.name, cfg.env, cfg.env.num_workers, max_episodes=0) as pool:
+        with EnvPool(bench, cfg.env, cfg.env.num_workers, max_episodes=0) as pool:
             study = run_study(cfg, policy, pool, bench, tasks, settings, progress=progress, values_fn=values_fn)
         record, gradients = study_record(study, cfg, policy=policy_rec, command=command, code=code), study.gradients
     _write(out, record, gradients, cfg, not args.no_figures)

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from g2po_bench.benchmarks.base import Benchmark
 from g2po_bench.benchmarks.driver import Episode, LockStepDriver, RolloutHooks
-from g2po_bench.benchmarks.policy import supports_sample_seeds
 from g2po_bench.core.protocol import Observation
 from g2po_bench.core.seeding import mix_seed
+from g2po_bench.runtime.policy_protocol import supports_sample_seeds
 
 __all__ = ["EpisodeStart", "ReplayMismatch", "CreditHooks"]
 
@@ -91,7 +91,7 @@ class CreditHooks(RolloutHooks):
             episode: step t of episode i is sampled with the per-prompt seed
             ``mix_seed(sample_seeds[i], t)`` (:func:`g2po_bench.core.seeding.mix_seed`), so an
             episode does not depend on which other episodes share the call. Needs a policy
-            that takes ``seeds`` (:func:`g2po_bench.benchmarks.policy.supports_sample_seeds`).
+            that takes ``seeds`` (:func:`g2po_bench.runtime.policy_protocol.supports_sample_seeds`).
         key_rules: state-key rules (``"raw"``, ``"reference"``) whose keys are recorded for every
             row besides the configured one (``RolloutBatch.state_keys_by_rule``), computed from
             the observations by :meth:`Benchmark.make_state_key_rule`; () records none.
