@@ -500,55 +500,9 @@ def expand(spec: SweepSpec, where: list[str] | None = None, *, placeholders: boo
             raw = copy.deepcopy(raw)  # the spec keeps its variables; the copy plans with placeholders
             for k, who in unset.items():
                 raw.vars[k] = PLACEHOLDER.format(who)
-    base = raw.get("base")
-    base_preset: str | None = None
-    base_pairs: list[tuple[str, Any]] = []
-    if base is not None:
-        if not isinstance(base, DictConfig):
-            raise SpecError("base: expected a mapping with preset, config, overrides")
-        unknown = sorted(set(map(str, base.keys())) - _BASE_KEYS)
-        if unknown:
-            raise SpecError(f"base: unknown key(s) {', '.join(unknown)} (known: preset, config, overrides)")
-        base_preset = _get(base, "preset", "base.preset") if base.get("preset") is not None else None
-        if base.get("config") is not None:
-            base_pairs += _set_to_pairs(_get(base, "config", "base.config"), "base.config")
-        if base.get("overrides") is not None:
-            base_pairs += _set_to_pairs(_get(base, "overrides", "base.overrides"), "base.overrides")
-    default_res = _get(raw, "resources", "resources") if raw.get("resources") is not None else {}
-    if not isinstance(default_res, dict):
-        raise SpecError("resources: expected a mapping")
-
-    axes: list[list[_Variant]] = []
-    grid = raw.get("grid")
-    if grid is not None:
-        if not isinstance(grid, DictConfig):
-            raise SpecError("grid: expected a mapping axis -> values")
-        for axis in grid.keys():
-            axes.append(_variants_of_axis(grid, str(axis)))
-    runs_node = raw.get("runs")
-    if runs_node is not None:
-        if not isinstance(runs_node, ListConfig) or len(runs_node) == 0:
-            raise SpecError("runs: expected a non-empty list of variants")
-        listed = []
-        for i in range(len(runs_node)):
-            node = runs_node._get_node(i)
-            label = (str(_get(node, "label", f"runs[{i}].label"))
-                     if isinstance(node, DictConfig) and node.get("label") is not None else str(i))
-            listed.append(_variant(runs_node, i, "run", label, f"runs[{i}]"))
-        axes.append(listed)
-
-    filters = _parse_where(where)
-    known_axes = {a[0].axis for a in axes} | {"seed"}
-    for k in filters:
-        if k not in known_axes:
-            raise SpecError(f"--where {k}=...: no such axis (axes: {', '.join(sorted(known_axes))})")
-    for axis_variants in axes:
-        ax = axis_variants[0].axis
-        if ax in filters:
-            labels = {v.label for v in axis_variants}
-            bad = sorted(filters[ax] - labels)
-            if bad:
-                raise SpecError(f"--where {ax}={','.join(bad)}: no such label (labels: {', '.join(sorted(labels))})")
+    base_preset, base_pairs, default_res = _base_of(raw)
+    axes = _axes_of(raw)
+    filters = _checked_filters(axes, where)
 
     planned: dict[str, PlannedRun] = {}
     errors: dict[str, list[str]] = {}  # message -> runs
@@ -581,17 +535,84 @@ def expand(spec: SweepSpec, where: list[str] | None = None, *, placeholders: boo
             else:
                 planned[key] = run
     if errors:
-        n = sum(len(v) for v in errors.values())
-        lines = []
-        for msg, who in list(errors.items())[:10]:
-            runs = who[0] + (f" and {len(who) - 1} more run(s)" if len(who) > 1 else "")
-            lines.append(f"[{runs}] {msg}")
-        more = f"\n  ... and {len(errors) - 10} more distinct error(s)" if len(errors) > 10 else ""
-        raise SpecError(f"{spec.path.name}: {n} run(s) do not validate; nothing was submitted:\n  "
-                        + "\n  ".join(lines) + more)
+        raise _validation_error(spec, errors)
     if not planned:
         raise SpecError(f"{spec.path.name}: no runs (check --where filters)")
     return list(planned.values())
+
+
+def _base_of(raw: DictConfig) -> tuple[str | None, list[tuple[str, Any]], dict]:
+    """The spec's ``base`` (its preset and its config/overrides as pairs) and default ``resources``."""
+    base = raw.get("base")
+    base_preset: str | None = None
+    base_pairs: list[tuple[str, Any]] = []
+    if base is not None:
+        if not isinstance(base, DictConfig):
+            raise SpecError("base: expected a mapping with preset, config, overrides")
+        unknown = sorted(set(map(str, base.keys())) - _BASE_KEYS)
+        if unknown:
+            raise SpecError(f"base: unknown key(s) {', '.join(unknown)} (known: preset, config, overrides)")
+        base_preset = _get(base, "preset", "base.preset") if base.get("preset") is not None else None
+        if base.get("config") is not None:
+            base_pairs += _set_to_pairs(_get(base, "config", "base.config"), "base.config")
+        if base.get("overrides") is not None:
+            base_pairs += _set_to_pairs(_get(base, "overrides", "base.overrides"), "base.overrides")
+    default_res = _get(raw, "resources", "resources") if raw.get("resources") is not None else {}
+    if not isinstance(default_res, dict):
+        raise SpecError("resources: expected a mapping")
+    return base_preset, base_pairs, default_res
+
+
+def _axes_of(raw: DictConfig) -> list[list[_Variant]]:
+    """The variants of each grid axis, then the ``runs`` list as the axis ``run``."""
+    axes: list[list[_Variant]] = []
+    grid = raw.get("grid")
+    if grid is not None:
+        if not isinstance(grid, DictConfig):
+            raise SpecError("grid: expected a mapping axis -> values")
+        for axis in grid.keys():
+            axes.append(_variants_of_axis(grid, str(axis)))
+    runs_node = raw.get("runs")
+    if runs_node is not None:
+        if not isinstance(runs_node, ListConfig) or len(runs_node) == 0:
+            raise SpecError("runs: expected a non-empty list of variants")
+        listed = []
+        for i in range(len(runs_node)):
+            node = runs_node._get_node(i)
+            label = (str(_get(node, "label", f"runs[{i}].label"))
+                     if isinstance(node, DictConfig) and node.get("label") is not None else str(i))
+            listed.append(_variant(runs_node, i, "run", label, f"runs[{i}]"))
+        axes.append(listed)
+    return axes
+
+
+def _checked_filters(axes: list[list[_Variant]], where: list[str] | None) -> dict[str, set[str]]:
+    """``--where`` filters by axis, each naming an axis and labels the spec has (else SpecError)."""
+    filters = _parse_where(where)
+    known_axes = {a[0].axis for a in axes} | {"seed"}
+    for k in filters:
+        if k not in known_axes:
+            raise SpecError(f"--where {k}=...: no such axis (axes: {', '.join(sorted(known_axes))})")
+    for axis_variants in axes:
+        ax = axis_variants[0].axis
+        if ax in filters:
+            labels = {v.label for v in axis_variants}
+            bad = sorted(filters[ax] - labels)
+            if bad:
+                raise SpecError(f"--where {ax}={','.join(bad)}: no such label (labels: {', '.join(sorted(labels))})")
+    return filters
+
+
+def _validation_error(spec: SweepSpec, errors: dict[str, list[str]]) -> SpecError:
+    """One SpecError listing the first 10 distinct messages, each with the runs it concerns."""
+    n = sum(len(v) for v in errors.values())
+    lines = []
+    for msg, who in list(errors.items())[:10]:
+        runs = who[0] + (f" and {len(who) - 1} more run(s)" if len(who) > 1 else "")
+        lines.append(f"[{runs}] {msg}")
+    more = f"\n  ... and {len(errors) - 10} more distinct error(s)" if len(errors) > 10 else ""
+    return SpecError(f"{spec.path.name}: {n} run(s) do not validate; nothing was submitted:\n  "
+                     + "\n  ".join(lines) + more)
 
 
 def _plan_combo(base_preset, base_pairs, default_res, combo, load_config, config_to_dict):
