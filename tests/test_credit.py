@@ -334,6 +334,17 @@ def test_every_registered_estimator_gets_a_row_and_the_table_is_data():
                     ("mean_norm", "reference")}
 
 
+def test_an_estimator_the_table_names_only_in_ablations_still_gets_its_main_row():
+    # HGPO and GraphGPO have ablation rows in the table but no row at their defaults there
+    rows = study_variants(["grpo", "hgpo", "graphgpo"])
+    main = {v.name: v for v in rows if not v.axis}
+    assert set(main) == {"grpo", "hgpo", "graphgpo"}
+    assert main["hgpo"] == Variant("hgpo", "hgpo") and main["graphgpo"] == Variant("graphgpo", "graphgpo")
+    assert {"hgpo mean_norm", "hgpo +episode", "graphgpo mean_norm"} <= {v.name for v in rows if v.axis}
+    assert {v.name for v in study_variants() if not v.axis} >= {"grpo", "rloo", "gigpo", "g2po", "crbc", "hgpo",
+                                                                  "graphgpo", "empg", "ppo"}
+
+
 def test_ppo_rows_need_a_critic_and_are_scored_with_one(toy_study):
     # the scripted policy reports no token entropies either: EMPG is skipped, saying so
     assert set(toy_study.skipped) == {"ppo", "ppo turn_gae", "empg"}

@@ -12,8 +12,8 @@ against batch statistics** (G2PO's edge standardization and graph over the batch
 per-trajectory episode statistic), **aggregation** (G2PO without it), and **step weight** (episode
 against step level: G2PO's w grid and components ladder, GiGPO's w = 0 (its episode term alone,
 = GRPO) and 0.5, HGPO with its episode item). :func:`study_variants` adds a default row for every registered
-estimator the table does not name, so an estimator registered later is scored without editing this
-file.
+estimator without a main row in the table, so an estimator registered later is scored without editing
+this file.
 
 :func:`variant_advantages` is the only function that calls the estimator registry: it passes
 the common options, the variant's options and the inputs an estimator needs beyond the
@@ -108,7 +108,8 @@ class MissingInput(ValueError):
 def study_variants(available: Sequence[str] | None = None,
                    table: Sequence[Variant] = VARIANTS) -> list[Variant]:
     """The rows to score: the rows of ``table`` whose estimator is registered, then one default
-    row (named like the estimator) for each registered estimator ``table`` does not name.
+    row (named like the estimator) for each registered estimator without a main row in ``table``
+    (one it does not name, or names only in ablation rows, as HGPO and GraphGPO).
 
     Args:
         available: registered estimator names (default :func:`available_estimators`).
@@ -120,7 +121,7 @@ def study_variants(available: Sequence[str] | None = None,
     if available is None:
         available = available_estimators()
     rows = [v for v in table if v.estimator in available]
-    named = {v.estimator for v in rows}
+    named = {v.estimator for v in rows if not v.axis}
     rows += [Variant(name, name) for name in available if name not in named]
     names = [v.name for v in rows]
     dup = sorted({n for n in names if names.count(n) > 1})
