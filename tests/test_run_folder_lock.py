@@ -27,6 +27,7 @@ from g2po_bench.core.errors import RunFolderBusy, RunFolderLost
 from g2po_bench.core.rundir import RunDir
 from g2po_bench.core.runlock import LOCK_FILE, RunLock, held_lock
 from g2po_bench.runconfig import load_config
+from g2po_bench.sweeps.job import RunTask, train_one
 from g2po_bench.train import run_train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,6 +151,28 @@ def test_a_sweep_job_or_script_of_a_held_run_is_refused_before_any_work(tmp_path
         holder.kill()
         holder.wait()
     assert sorted(p.name for p in (tmp_path / "r").iterdir()) == [LOCK_FILE]
+
+
+def test_a_sweep_job_skips_a_run_another_process_trains_and_leaves_its_folder_alone(tmp_path):
+    """A sweep job whose run is held by another process (a ``g2po train`` of the same run id)
+    skips it, naming the holder, before it empties the ``metrics.jsonl`` of a run without a
+    checkpoint (what it does for a fresh start)."""
+    task = RunTask(run_id="toy-g2po-s0-x", config_yaml="{}", sweep_dir=str(tmp_path), workdir=str(tmp_path))
+    run = task.runs_dir / task.run_id
+    holder, _ = _hold(run)
+    try:
+        (run / "metrics.jsonl").write_text('{"iteration": 1}\n')
+        (run / "status.json").write_text('{"state": "running", "iteration": 1}\n')
+        before = _records(run)
+        res = train_one(task)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert res["state"] == "skipped" and f"in use by process {holder.pid}" in res["reason"], res
+    assert _records(run) == before
+    events = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events] == ["skipped"]
+    assert not list(task.claims_dir.glob("*.json"))  # the claim was released
 
 
 def _records(run: Path) -> dict[str, bytes]:
