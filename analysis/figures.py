@@ -20,6 +20,10 @@ says why in words (for the report's "missing" list).
   else the distribution over iterations of ``adv/node_size_mean`` (the paper: about 5).
 - :func:`plot_singleton_fraction`: ``adv/singleton_frac`` (%) vs. iteration per method and
   environment, with the paper's 8.1 % (ALFWorld) and 11.9 % (WebShop) as dashed lines.
+- :func:`plot_performance_profiles`: rliable's performance profiles (the fraction of run x task-type
+  success rates above a threshold, with 95 % stratified-bootstrap bands;
+  :func:`g2po_bench.analysis.estimates.performance_profiles`), one panel per environment and model
+  size, drawn by ``rliable.plot_utils.plot_performance_profiles``. Needs a score array.
 - :func:`plot_paired_differences`: a forest plot of the paired differences between methods
   (:func:`g2po_bench.analysis.aggregate.method_differences`): one line per pair "method − baseline"
   with its difference (points) as a dot and its 95 % paired bootstrap CI as a bar, a line at 0;
@@ -43,6 +47,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
+from rliable import plot_utils as rly_plot  # noqa: E402
 
 from g2po_bench.analysis.naming import method_sort_key, model_size_sort_key  # noqa: E402
 
@@ -53,6 +58,7 @@ __all__ = [
     "plot_node_sizes",
     "plot_singleton_fraction",
     "plot_paired_differences",
+    "plot_performance_profiles",
     "figure_skip_reason",
     "PAPER_SINGLETON_PCT",
     "PAPER_BEST_W",
@@ -381,5 +387,40 @@ def plot_paired_differences(differences: pd.DataFrame | dict[str, pd.DataFrame],
             ax.set_xlim(min(lows), max(highs))
     fig.suptitle("Paired differences by seed and panel task: mean, 95 % paired bootstrap CI "
                  "(blue: above 0, red: below 0, grey: includes 0)", y=1.0, fontsize=10)
+    fig.tight_layout()
+    return _save(fig, out_path, name)
+
+
+def plot_performance_profiles(panels: list[tuple[str, Any, dict[str, Any], dict[str, Any]]],
+                              out_path: str | os.PathLike) -> Path | None:
+    """rliable's performance profiles: the fraction of run x task scores above each threshold.
+
+    Args:
+        panels: one ``(title, taus, profiles, cis)`` per panel (an environment and model size), as
+            :func:`g2po_bench.analysis.estimates.performance_profiles` returns them with a title:
+            ``taus`` ``(k,)`` thresholds (%), ``profiles[method]`` ``(k,)`` fractions, ``cis[method]``
+            ``(2, k)`` the band (a method without one is drawn without a band).
+        out_path: the PNG to write.
+
+    Returns:
+        The PNG path; None (nothing written) when no panel has a profile.
+    """
+    name = "performance_profiles"
+    panels = [p for p in panels if p[2]]
+    if not panels:
+        return _skip(name, "no score array (ALFWorld runs with per-task-type success) to draw profiles from")
+    labels = _hue_order(m for _, _, profiles, _ in panels for m in profiles)
+    colours = dict(zip(labels, sns.color_palette("colorblind", n_colors=len(labels))))
+    fig, axes = plt.subplots(1, len(panels), squeeze=False, figsize=(6.0 * len(panels), 4.2))
+    for ax, (title, taus, profiles, cis) in zip(axes[0], panels):
+        ordered = {m: profiles[m] for m in _hue_order(profiles)}
+        rly_plot.plot_performance_profiles(
+            ordered, taus, performance_profile_cis={m: tuple(cis[m]) for m in ordered if m in cis}, ax=ax,
+            colors=colours, xlabel="success threshold τ (%)", ylabel="fraction of runs × task types above τ",
+            labelsize="medium", ticklabelsize="small")
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=8, title="method", title_fontsize=8)
+    fig.suptitle("Performance profiles (rliable score distributions; bands: 95 % stratified bootstrap CI)",
+                 y=1.02, fontsize=10)
     fig.tight_layout()
     return _save(fig, out_path, name)

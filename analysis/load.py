@@ -348,6 +348,66 @@ def _count(value: Any) -> int | None:
     return int(value) if math.isfinite(float(value)) else None
 
 
+def _warn_about_run(warn, status: dict[str, Any] | None, status_error: str | None, state: str,
+                    latest: tuple[str, dict[str, Any]], ev_error: str | None, torn: int, cfg: dict[str, Any]) -> None:
+    """The problems of a run that is included anyway (``warn(reason)``); raises _Skip for a partial
+    run without status and without a final evaluation."""
+    if status is None and latest[0] != "final":
+        raise _Skip(f"partial run: {status_error or 'no status.json'} and no final evaluation")
+    if status is None:
+        warn(f"{status_error or 'no status.json'}; using the final evaluation")
+    if ev_error:
+        warn(f"{ev_error}; using {latest[0]} evaluation from metrics.jsonl")
+    if torn:
+        warn(f"{torn} torn line(s) in metrics.jsonl skipped")
+
+
+def _run_row(path: Path, cfg: dict[str, Any], ident: dict[str, Any], status: dict[str, Any] | None, state: str,
+             metrics: list[dict[str, Any]], heavy: list[int]) -> dict[str, Any]:
+    """The runs-frame row of a run before its evaluation columns: the flattened config, its identity,
+    status, code, machine and metrics counts."""
+    row: dict[str, Any] = {}
+    for key, value in _flatten(cfg).items():
+        row[key] = value
+    for key, value in ident.items():
+        if key in row and row[key] != value and key != "seed":
+            row[f"config.{key}"] = row[key]
+        row[key] = value
+    row["path"] = str(path)
+    row["algorithm"] = ident["algorithm"]
+    row["kind"] = "baseline" if is_baseline(cfg) else "train"
+    w = get_path(cfg, "algorithm.step_weight")
+    row["step_weight"] = float(w) if isinstance(w, (int, float)) and not isinstance(w, bool) else math.nan
+    row["state"] = state
+    for k in ("iteration", "total_iterations", "updated"):
+        row[f"status.{k}"] = status.get(k) if status else None
+    code = status.get("code") if status else None
+    row["code.commit"] = code.get("commit") if isinstance(code, dict) else None
+    row["code.dirty"] = code.get("dirty") if isinstance(code, dict) else None
+    machine = status.get("machine") if status else None
+    row["machine"] = machine_label(machine) if isinstance(machine, dict) else None
+    row["metrics.rows"] = len(metrics)
+    row["metrics.crashed_heavy"] = len(heavy)
+    its = [r.get("iteration") for r in metrics if isinstance(r.get("iteration"), (int, float))]
+    row["metrics.last_iteration"] = max(its) if its else None
+    return row
+
+
+def _eval_rows(candidates: list[tuple[str, dict[str, Any]]], ident: dict[str, Any]) -> list[dict[str, Any]]:
+    """One evals-frame row per evaluated iteration (the first source in ``_SOURCE_RANK`` order wins)."""
+    eval_rows = []
+    seen: set[Any] = set()
+    for source, e in sorted(candidates, key=lambda se: _SOURCE_RANK[se[0]]):
+        it = e.get("iteration")
+        if it in seen:
+            continue
+        seen.add(it)
+        rec = {**ident, "source": source}
+        rec.update({k[len("x."):]: v for k, v in _eval_columns("x", e).items()})
+        eval_rows.append(rec)
+    return eval_rows
+
+
 def _load_one(
     path: Path, run_id: str, problems: list[RunProblem], override: dict[str, Any] | None
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
@@ -383,14 +443,7 @@ def _load_one(
             problems.append(RunProblem(run_id, str(path), "skipped", reason))
             return None, curve_rows, [], cfg
         raise _Skip(ev_error or "no evaluation (eval.json missing and no eval/ metrics): partial run")
-    if status is None and latest[0] != "final":
-        raise _Skip(f"partial run: {status_error or 'no status.json'} and no final evaluation")
-    if status is None:
-        warn(f"{status_error or 'no status.json'}; using the final evaluation")
-    if ev_error:
-        warn(f"{ev_error}; using {latest[0]} evaluation from metrics.jsonl")
-    if torn:
-        warn(f"{torn} torn line(s) in metrics.jsonl skipped")
+    _warn_about_run(warn, status, status_error, state, latest, ev_error, torn, cfg)
     heavy = crashed_heavy_iterations(metrics, _episodes_per_iteration(cfg))
     if heavy:
         warn(f"crashed-heavy iteration(s) {', '.join(map(str, heavy))} in metrics.jsonl: more than "
@@ -405,30 +458,7 @@ def _load_one(
     if unregistered:
         warn(unregistered)
 
-    row: dict[str, Any] = {}
-    for key, value in _flatten(cfg).items():
-        row[key] = value
-    for key, value in ident.items():
-        if key in row and row[key] != value and key != "seed":
-            row[f"config.{key}"] = row[key]
-        row[key] = value
-    row["path"] = str(path)
-    row["algorithm"] = ident["algorithm"]
-    row["kind"] = "baseline" if is_baseline(cfg) else "train"
-    w = get_path(cfg, "algorithm.step_weight")
-    row["step_weight"] = float(w) if isinstance(w, (int, float)) and not isinstance(w, bool) else math.nan
-    row["state"] = state
-    for k in ("iteration", "total_iterations", "updated"):
-        row[f"status.{k}"] = status.get(k) if status else None
-    code = status.get("code") if status else None
-    row["code.commit"] = code.get("commit") if isinstance(code, dict) else None
-    row["code.dirty"] = code.get("dirty") if isinstance(code, dict) else None
-    machine = status.get("machine") if status else None
-    row["machine"] = machine_label(machine) if isinstance(machine, dict) else None
-    row["metrics.rows"] = len(metrics)
-    row["metrics.crashed_heavy"] = len(heavy)
-    its = [r.get("iteration") for r in metrics if isinstance(r.get("iteration"), (int, float))]
-    row["metrics.last_iteration"] = max(its) if its else None
+    row = _run_row(path, cfg, ident, status, state, metrics, heavy)
     row.update(_eval_columns("final", latest[1]))
     row["final.source"] = latest[0]
     best = ev.get("best") if isinstance(ev, dict) else None
@@ -438,17 +468,7 @@ def _load_one(
     row.update(_eval_columns("best", best))
     before = ev.get("before") if isinstance(ev, dict) else None
     row.update(_eval_columns("before", before if _valid_eval(before) else None))
-
-    eval_rows = []
-    seen: set[Any] = set()
-    for source, e in sorted(candidates, key=lambda se: _SOURCE_RANK[se[0]]):
-        it = e.get("iteration")
-        if it in seen:
-            continue
-        seen.add(it)
-        rec = {**ident, "source": source}
-        rec.update({k[len("x."):]: v for k, v in _eval_columns("x", e).items()})
-        eval_rows.append(rec)
+    eval_rows = _eval_rows(candidates, ident)
     return row, curve_rows, eval_rows, cfg
 
 

@@ -42,13 +42,13 @@ from g2po_bench.baselines.fewshot import Transcript, select_examples
 from g2po_bench.baselines.policies import make_policy
 from g2po_bench.baselines.smollm2 import smollm2_folder
 from g2po_bench.benchmarks.evaluation import select_panel
-from g2po_bench.benchmarks.policies.meter import MeteredPolicy
-from g2po_bench.benchmarks.policy import Policy
 from g2po_bench.benchmarks.registry import get_benchmark
-from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.core.config import RunConfig
 from g2po_bench.core.rundir import RunDir, append_jsonl, atomic_write_json, atomic_write_text
 from g2po_bench.core.tracking import run_info, track_evaluation
+from g2po_bench.runtime.policies.meter import MeteredPolicy
+from g2po_bench.runtime.policy_protocol import Policy
+from g2po_bench.runtime.workers import EnvPool
 
 __all__ = ["run_baseline", "run_baseline_cli", "build_policy", "load_examples"]
 
@@ -166,7 +166,7 @@ def run_baseline(cfg: RunConfig, b: BaselineConfig, *, console=None, policy: Pol
                               f"({metered.tokens_per_second:.1f} tok/s so far)")
 
         say(f"starting the environment workers; run folder {run.root}")
-        with EnvPool(cfg.env.name, cfg.env, cfg.env.num_workers) as pool:
+        with EnvPool(bench, cfg.env, cfg.env.num_workers) as pool:
             say(f"playing {len(panel)} task(s)")
             if b.name == "direct":
                 ev = run_direct(metered, pool, bench, panel, history_length=cfg.env.history_length, **common)

@@ -33,12 +33,12 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
-from g2po_bench.algorithms.bench import main as bench_main
 from g2po_bench.algorithms.registry import (
     available_estimators,
     describe_estimators,
     import_estimator_module,
 )
+from g2po_bench.algorithms.speed import main as bench_main
 from g2po_bench.analysis.cli import add_report_arguments, run_report
 from g2po_bench.analysis.credit.cli import (
     add_credit_arguments,
@@ -49,7 +49,6 @@ from g2po_bench.analysis.graph_cli import add_graph_arguments, run_graph
 from g2po_bench.analysis.pictures import AnalysisPictures
 from g2po_bench.baselines.config import baseline_run_dict, is_baseline_request, load_baseline_config
 from g2po_bench.benchmarks.base import Benchmark
-from g2po_bench.benchmarks.policies import PolicyError
 from g2po_bench.benchmarks.registry import (
     all_benchmarks,
     benchmark_load_errors,
@@ -69,6 +68,7 @@ from g2po_bench.core.errors import (
 )
 from g2po_bench.core.tracking import TrackingError
 from g2po_bench.runconfig import load_config
+from g2po_bench.runtime.policies import PolicyError
 from g2po_bench.sweeps.cli import add_sweep_arguments, run_sweep_command
 from g2po_bench.train import check_run_for_eval, load_train_config, run_eval, run_train
 

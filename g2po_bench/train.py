@@ -19,7 +19,6 @@ from g2po_bench.algorithms.backends.openrlhf.cluster import read_allocation
 from g2po_bench.algorithms.backends.progress import format_rate_ci
 from g2po_bench.benchmarks.evaluation import select_panel
 from g2po_bench.benchmarks.registry import get_benchmark
-from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.core.checkpoints import verify_checkpoint
 from g2po_bench.core.config import (
     RESUME_MUTABLE_KEYS,
@@ -36,6 +35,7 @@ from g2po_bench.core.rundir import RunDir, atomic_write_json, atomic_write_text,
 from g2po_bench.core.runlock import RunLock
 from g2po_bench.core.tracking import run_info, track_evaluation
 from g2po_bench.runconfig import load_config
+from g2po_bench.runtime.workers import EnvPool
 
 __all__ = ["run_train", "run_eval", "load_train_config", "check_resume", "check_fresh_run_folder",
            "check_run_for_eval", "eval_output_dir"]
@@ -320,7 +320,7 @@ def run_eval(cfg: RunConfig, run_dir: str | Path | None = None, console=None, *,
     """
     # lazy: torch and transformers (about 5 s), loaded once the run folder and config are checked
     from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
-    from g2po_bench.algorithms.backends.local.policy import LocalPolicy
+    from g2po_bench.algorithms.backends.local.transformers_policy import LocalPolicy
 
     checkpoint_iteration = None
     if run_dir is not None:
@@ -339,7 +339,7 @@ def run_eval(cfg: RunConfig, run_dir: str | Path | None = None, console=None, *,
     panel = select_panel(bench.load_tasks(cfg.env, cfg.env.eval_split), cfg.eval.num_tasks)
     model, tok = load_model_and_tokenizer(model_path, dtype=cfg.model.dtype, device=cfg.model.device)
     policy = LocalPolicy(model, tok, max_prompt_tokens=cfg.train.max_prompt_tokens)
-    with EnvPool(cfg.env.name, cfg.env, cfg.env.num_workers) as pool:
+    with EnvPool(bench, cfg.env, cfg.env.num_workers) as pool:
         ev = evaluate_panel(cfg, policy, pool, bench, panel, 0)  # as the trainers evaluate
     out = RunDir(_claim(out_path))
     atomic_write_text(out.config_path, config_to_yaml(cfg))

@@ -11,8 +11,11 @@ from local_trainer import tiny_model_dir
 
 from g2po_bench.algorithms import losses
 from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
-from g2po_bench.algorithms.backends.local.policy import pack_sequences, response_logprobs
 from g2po_bench.algorithms.backends.local.sampling import SamplingParams
+from g2po_bench.algorithms.backends.local.transformers_policy import (
+    pack_sequences,
+    response_logprobs,
+)
 from g2po_bench.analysis.credit.gradients import (
     GradientSketch,
     alignment_scores,

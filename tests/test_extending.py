@@ -66,10 +66,12 @@ def {name}(batch, *, bonus, action_texts):
 def clean_registry(monkeypatch):
     """The registry as it was, after the test (a copy of the discovered registry is modified)."""
     registry.discover_estimators()
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
-    monkeypatch.setattr(registry, "_DISCOVERED", registry._DISCOVERED)
+    registered = dict(registry.spec._REGISTRY)
+    monkeypatch.setattr(registry.discovery, "_DISCOVERED", registry.discovery._DISCOVERED)
     before = set(sys.modules)
     yield
+    registry.spec._REGISTRY.clear()
+    registry.spec._REGISTRY.update(registered)
     for mod in set(sys.modules) - before:
         if mod.startswith(("g2po_bench.algorithms.estimators.test_", "g2po_test_", "mod_est_")):
             del sys.modules[mod]
@@ -86,7 +88,7 @@ def test_a_new_module_in_the_estimators_package_trains_benchmarks_and_reports(tm
     """One new file beside the built-ins (here a temporary folder added to the package's path,
     so the working tree is untouched) is found by discovery and works everywhere."""
     import g2po_bench.algorithms.estimators as package
-    from g2po_bench.algorithms.bench import run_advantage_benchmark
+    from g2po_bench.algorithms.speed import run_advantage_benchmark
     from g2po_bench.algorithms.synthetic import reference_batch, synthetic_inputs
     from g2po_bench.analysis.report import build_report
     from g2po_bench.train import run_train
@@ -95,7 +97,7 @@ def test_a_new_module_in_the_estimators_package_trains_benchmarks_and_reports(tm
     extra.mkdir()
     (extra / "test_lookbonus.py").write_text(ESTIMATOR_MODULE.format(name="test_lookbonus", label="Look bonus"))
     monkeypatch.setattr(package, "__path__", [*package.__path__, str(extra)])
-    assert "test_lookbonus" not in registry._REGISTRY
+    assert "test_lookbonus" not in registry.spec._REGISTRY
     registry.discover_estimators(force=True)
     assert "test_lookbonus" in registry.available_estimators()
     spec = registry.estimator_spec("test_lookbonus")
@@ -308,8 +310,8 @@ def test_a_broken_entry_point_is_reported_not_raised(monkeypatch, clean_registry
         def load(self):
             raise ImportError("no module named no_such_package")
 
-    monkeypatch.setattr(registry, "_DISCOVERED", False)
-    monkeypatch.setattr(registry, "_LOAD_ERRORS", {})
+    monkeypatch.setattr(registry.discovery, "_DISCOVERED", False)
+    monkeypatch.setattr(registry.discovery, "_LOAD_ERRORS", {})
     monkeypatch.setattr(metadata, "entry_points", lambda group=None: [Broken()] if group == registry.ENTRY_POINT_GROUP else [])
     with pytest.warns(RuntimeWarning, match="entry point broken = no_such_package.module failed to load"):
         registry.discover_estimators()

@@ -30,13 +30,13 @@ import g2po_bench.algorithms.backends.local.trainer as local_trainer
 import g2po_bench.algorithms.backends.loop as training_loop
 import g2po_bench.cli as cli
 from g2po_bench.algorithms.backends.lifecycle import RunLifecycle
-from g2po_bench.benchmarks.shutdown import ShutdownRequested
 from g2po_bench.cli import main
 from g2po_bench.core.checkpoints import check_file, verify_checkpoint
 from g2po_bench.core.config import ConfigError
 from g2po_bench.core.errors import CheckpointError
 from g2po_bench.core.rundir import RunDir, read_jsonl
 from g2po_bench.runconfig import load_config
+from g2po_bench.runtime.shutdown import ShutdownRequested
 from g2po_bench.train import run_train
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,8 +15,14 @@ import numpy as np
 import pytest
 from fake_rollouts import TokenPolicy, act
 
-from g2po_bench.algorithms.backends.common import needs_critic, step_advantages
+from g2po_bench.algorithms.backends.common import needs_critic
 from g2po_bench.algorithms.backends.loop import TrainerBackend, TrainingLoop
+from g2po_bench.algorithms.registry import (
+    EstimatorSpec,
+    estimate,
+    rollout_inputs,
+    run_estimator_options,
+)
 from g2po_bench.core.rundir import read_jsonl
 from g2po_bench.runconfig import load_config
 
@@ -80,10 +86,15 @@ def _config(tmp_path, *extra):
 
 
 @pytest.mark.parametrize("estimator", ["g2po", "ppo"])
-def test_the_loop_owns_the_run_and_asks_the_backend_for_models_and_updates(tmp_path, estimator):
+def test_the_loop_owns_the_run_and_asks_the_backend_for_models_and_updates(tmp_path, monkeypatch, estimator):
     cfg = _config(tmp_path, "train.iterations=2", f"algorithm.name={estimator}")
+    checked = []  # the estimator's option checks during the run
+    original = EstimatorSpec.check_options
+    monkeypatch.setattr(EstimatorSpec, "check_options",
+                        lambda self, options: (checked.append(self.name), original(self, options))[1])
     backend = StandIn(cfg)
     run = TrainingLoop(cfg, backend).run()
+    assert checked == [estimator]  # the loop binds the run's estimator once, not once per iteration
     # the order of the loop: set-up, no checkpoint to load, the evaluations before RL at both
     # temperatures, each iteration (rollouts, values, update, its checkpoint), the final
     # evaluations, then the session's end
@@ -94,9 +105,10 @@ def test_the_loop_owns_the_run_and_asks_the_backend_for_models_and_updates(tmp_p
         "session end"], backend.calls
     # the update gets the configured estimator's advantages of its rollouts, with the backend's
     # critic values where the estimator declares them (PPO's GAE reads them)
+    options = run_estimator_options(cfg)
     for _, rb, res, values in backend.seen:
         assert (values is not None) == (estimator == "ppo")
-        want = step_advantages(cfg, rb, values)
+        want = estimate(estimator, rb.steps, inputs=rollout_inputs(estimator, options, rb, values), **options)
         np.testing.assert_array_equal(res.advantages, want.advantages)
     metrics = read_jsonl(run.metrics_path)
     assert [m["iteration"] for m in metrics] == [1, 2]

@@ -26,9 +26,9 @@ it. The lifecycle writes the records, the same for every backend:
   checkpoint are dropped and ``eval.json`` and ``config.yaml`` rewritten. A resume that fails or
   is stopped before that leaves every record but ``status.json`` untouched, and its status keeps
   the checkpoint's iteration;
-- **signals** (:meth:`~RunLifecycle.run_guarded`): the policy of :mod:`g2po_bench.benchmarks.shutdown`:
+- **signals** (:meth:`~RunLifecycle.run_guarded`): the policy of :mod:`g2po_bench.runtime.shutdown`:
   SIGTERM, SIGINT and the preemption signal become a stop request; the iteration in flight is
-  abandoned without being recorded (:func:`~g2po_bench.benchmarks.shutdown.check_stop`, called in the
+  abandoned without being recorded (:func:`~g2po_bench.runtime.shutdown.check_stop`, called in the
   environment pool and at the backend's check points); the last complete iteration is
   checkpointed if it is not yet (:meth:`~RunLifecycle.checkpoint_on_stop`, placed by the
   backend where its models can still be saved); ``status.json`` says ``interrupted``; the
@@ -72,12 +72,12 @@ from g2po_bench.algorithms.backends.common import (
 )
 from g2po_bench.algorithms.backends.common import record_step_table as _record_step_table
 from g2po_bench.algorithms.backends.progress import RunProgress
-from g2po_bench.benchmarks.shutdown import GracefulShutdown, ShutdownRequested
 from g2po_bench.core.checkpoints import CorruptCheckpointWarning
 from g2po_bench.core.config import config_to_dict, config_to_yaml, resolve_run_id
 from g2po_bench.core.errors import CheckpointError
 from g2po_bench.core.rundir import RunDir
 from g2po_bench.core.tracking import RunPictures, Tracker, run_info, run_steps
+from g2po_bench.runtime.shutdown import GracefulShutdown, ShutdownRequested
 
 __all__ = ["RunLifecycle", "CheckpointWriter", "PICTURES_DIR"]
 
@@ -272,7 +272,7 @@ class RunLifecycle:
         """Run ``body`` (the backend's whole run) under the signal policy (module docstring).
 
         Raises:
-            g2po_bench.benchmarks.shutdown.Interrupted: stopped by SIGTERM/SIGINT/the preemption
+            g2po_bench.runtime.shutdown.Interrupted: stopped by SIGTERM/SIGINT/the preemption
                 signal (a ``SystemExit`` with status 128 + signal; under Submitit the preemption
                 signal requeues the job instead).
         """

@@ -9,7 +9,7 @@ or the run lifecycle). The loop owns, in this order:
    the end, the signal path included) and the run's records (:class:`.lifecycle.RunLifecycle`:
    status, metrics, evaluations, checkpoints and resume, trackers, the signal policy);
 2. the task splits (:func:`.common.load_task_splits`, :func:`.common.rl_tasks`) and the
-   environment pool (:class:`g2po_bench.benchmarks.workers.EnvPool`);
+   environment pool (:class:`g2po_bench.runtime.workers.EnvPool`, given the benchmark);
 3. the backend's set-up (:meth:`TrainerBackend.session`: warm start or the resumed models, its
    workers), then either the resume (:meth:`TrainerBackend.load` gives the checkpoint's trainer
    state) or the evaluations before RL, at ``eval.temperature`` and with
@@ -18,8 +18,9 @@ or the run lifecycle). The loop owns, in this order:
    ``train.groups_per_batch`` tasks x ``train.group_size`` episodes
    (:func:`.common.training_rollouts`; rolled out again after restarting the environment workers
    while most episodes crashed, at most ``train.crash_retries`` times), the critic's values when
-   the estimator declares them (:meth:`TrainerBackend.values`), the configured estimator's
-   advantages (:func:`.common.step_advantages`), the backend's update
+   the estimator declares them (:meth:`TrainerBackend.values`), the advantages of the run's
+   estimator (:func:`g2po_bench.algorithms.registry.bind_run_estimator`: bound once, when the loop
+   is made, and called every iteration), the backend's update
    (:meth:`TrainerBackend.update`), the metrics line, the evaluation every ``eval.every``
    iterations and after the last, checkpoints every ``train.checkpoint_every`` iterations
    (:meth:`TrainerBackend.save` writes the backend's files);
@@ -56,22 +57,21 @@ from g2po_bench.algorithms.backends.common import (
     load_task_splits,
     rl_tasks,
     rollout_metrics,
-    step_advantages,
     train_temperature_eval_due,
     training_rollouts,
 )
 from g2po_bench.algorithms.backends.lifecycle import RunLifecycle
 from g2po_bench.algorithms.backends.progress import RunProgress, format_rate_ci
-from g2po_bench.algorithms.registry import AdvantageResult
+from g2po_bench.algorithms.registry import AdvantageResult, bind_run_estimator
 from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.rollout import RolloutBatch
-from g2po_bench.benchmarks.shutdown import check_stop
-from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.core.config import RunConfig, resolve_run_id
 from g2po_bench.core.crashes import CRASHED_HEAVY_FRACTION, is_crashed_heavy
 from g2po_bench.core.rundir import RunDir
 from g2po_bench.core.runlock import RunLock
 from g2po_bench.core.tracking import RunPictures
+from g2po_bench.runtime.shutdown import check_stop
+from g2po_bench.runtime.workers import EnvPool
 
 __all__ = ["TrainerBackend", "TrainingLoop", "run_folder"]
 
@@ -91,7 +91,7 @@ class TrainerBackend:
     Attributes:
         name: the backend's name, recorded for the trackers (``"local"``, ``"openrlhf"``).
         policy: what rollouts and evaluations sample from (the
-            :class:`g2po_bench.benchmarks.policy.Policy` interface), set once :meth:`session`
+            :class:`g2po_bench.runtime.policy_protocol.Policy` interface), set once :meth:`session`
             has set the backend up.
     """
 
@@ -174,6 +174,13 @@ class TrainingLoop:
         pictures: draws the tracker pictures (:class:`g2po_bench.core.tracking.RunPictures`; optional).
         log: where the run's lines go (default: the console; None and no console: nowhere, and the
             run's one-time warnings become Python warnings).
+
+    Attributes:
+        estimator: the run's estimator (:func:`g2po_bench.algorithms.registry.bind_run_estimator`),
+            bound here once, before the run folder is touched.
+
+    Raises:
+        ValueError, TypeError: the estimator or its options are bad (from ``bind_run_estimator``).
     """
 
     def __init__(self, cfg: RunConfig, backend: TrainerBackend, *, console=None,
@@ -181,6 +188,7 @@ class TrainingLoop:
         self.cfg = cfg
         self.backend = backend
         self.bench = get_benchmark(cfg.env.name)
+        self.estimator = bind_run_estimator(cfg)  # options checked once; called every iteration
         self.console = console
         self.pictures = pictures
         self._log = log
@@ -198,7 +206,7 @@ class TrainingLoop:
             g2po_bench.core.errors.RunFolderBusy: another process trains this run folder.
             g2po_bench.core.errors.RunFolderLost: the folder was replaced during the run (nothing
                 more was written into it).
-            g2po_bench.benchmarks.shutdown.Interrupted: stopped by SIGTERM/SIGINT/the preemption
+            g2po_bench.runtime.shutdown.Interrupted: stopped by SIGTERM/SIGINT/the preemption
                 signal (a ``SystemExit`` with status 128 + signal; ``status.json`` says
                 ``interrupted``); under Submitit the preemption signal requeues the job instead.
             whatever the environment, the backend or the estimator raise (``status.json`` says ``failed``).
@@ -222,7 +230,7 @@ class TrainingLoop:
         t_setup = time.time()
         with lc.failing_on_error():  # a stop request goes on to RunLifecycle.run_guarded
             train_tasks, panel, rl_pool = self._load_tasks()
-            with EnvPool(cfg.env.name, cfg.env, cfg.env.num_workers) as pool, \
+            with EnvPool(self.bench, cfg.env, cfg.env.num_workers) as pool, \
                     backend.session(pool, train_tasks, lc.resume_from) as setup_stats, \
                     lc.checkpoint_on_stop():  # while the backend can still save its models
                 self._begin(pool, panel, setup_stats, t_setup)
@@ -286,14 +294,14 @@ class TrainingLoop:
 
     def _iteration(self, pool: EnvPool, train_tasks, it: int, on_step=None) -> dict[str, Any]:
         """One iteration (module docstring, step 4); returns its metrics line (not yet recorded)."""
-        cfg, lc, backend = self.cfg, self.lifecycle, self.backend
+        lc, backend = self.lifecycle, self.backend
         backend.rollouts_started()
         t0 = time.time()
         rb = self._rollouts_without_crashes(pool, train_tasks, it, on_step=on_step)
         t_roll = time.time()
         rollout_stats = backend.rollout_metrics()
         values = backend.values(rb)
-        res = step_advantages(cfg, rb, values)
+        res = self.estimator(rb, values)
         t_adv = time.time()
         check_stop()  # a stop requested during the rollouts abandons the iteration here
         lc.update_started()  # the update changes the models: no longer the state of iteration it-1

@@ -54,8 +54,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from g2po_bench.algorithms.backends.local.policy import pack_sequences, response_logprobs
 from g2po_bench.algorithms.backends.local.sampling import SamplingParams
+from g2po_bench.algorithms.backends.local.transformers_policy import (
+    pack_sequences,
+    response_logprobs,
+)
 from g2po_bench.core.config import LOSS_AGG_MODES
 
 __all__ = ["row_weights", "GradientSketch", "row_gradients", "group_vectors", "alignment_scores",
@@ -147,7 +150,7 @@ def row_gradients(model, prompt_ids: Sequence[Sequence[int]], response_ids: Sequ
     """J_i = w_i grad sum_t log pi(y_{i,t}), sketched, for every row (module docstring).
 
     One backward pass per row, the log-probabilities as the trainer scores them
-    (:func:`g2po_bench.algorithms.backends.local.policy.response_logprobs` under ``sampling``).
+    (:func:`g2po_bench.algorithms.backends.local.transformers_policy.response_logprobs` under ``sampling``).
 
     Args:
         model: the policy (a causal LM; its trainable parameters are those of ``sketch``).

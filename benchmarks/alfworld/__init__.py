@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from g2po_bench.benchmarks.alfworld import engine
-from g2po_bench.benchmarks.alfworld.bench import main as speed_benchmark_main
 from g2po_bench.benchmarks.alfworld.download import EXPECTED_SPLITS, download_alfworld
 from g2po_bench.benchmarks.alfworld.env import AlfworldEnv
 from g2po_bench.benchmarks.alfworld.games import (
@@ -35,6 +34,7 @@ from g2po_bench.benchmarks.alfworld.games import (
 )
 from g2po_bench.benchmarks.alfworld.generate import ensure_generated, generate_games
 from g2po_bench.benchmarks.alfworld.prompt import build_prompt, expert_response, plan_sentence
+from g2po_bench.benchmarks.alfworld.speed import main as speed_benchmark_main
 from g2po_bench.benchmarks.alfworld.state_keys import ObservationKeys
 from g2po_bench.benchmarks.base import Benchmark
 from g2po_bench.benchmarks.loading import check_split_count, require_at_least

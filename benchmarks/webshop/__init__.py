@@ -9,7 +9,7 @@ loaders), :mod:`~g2po_bench.benchmarks.webshop.goals` (goals, prices, shuffle, s
 purchase reward), :mod:`~g2po_bench.benchmarks.webshop.env` (the environment),
 :mod:`~g2po_bench.benchmarks.webshop.prompt` (prompt, expert responses), :mod:`~g2po_bench.benchmarks.webshop.expert`
 (scripted expert), :mod:`~g2po_bench.benchmarks.webshop.synthetic` (embedded default catalogue),
-:mod:`~g2po_bench.benchmarks.webshop.download` (user data download), :mod:`~g2po_bench.benchmarks.webshop.bench`.
+:mod:`~g2po_bench.benchmarks.webshop.download` (user data download), :mod:`~g2po_bench.benchmarks.webshop.speed`.
 
 Splits (``env.train_split`` / ``env.eval_split``; :mod:`~g2po_bench.benchmarks.webshop.goals`):
 ``test`` = shuffled goals 0-499, ``eval`` = 500-1499, ``train`` = 1500+, ``trainval`` =
@@ -24,7 +24,6 @@ eval = the next as many, train = the next ``env.generated_train_games``).
 from __future__ import annotations
 
 from g2po_bench.benchmarks.base import Benchmark
-from g2po_bench.benchmarks.webshop.bench import main as speed_benchmark_main
 from g2po_bench.benchmarks.webshop.catalog import Catalog, DataSource
 from g2po_bench.benchmarks.webshop.download import download_webshop
 from g2po_bench.benchmarks.webshop.env import WebShopEnv
@@ -32,6 +31,7 @@ from g2po_bench.benchmarks.webshop.expert import expert_actions
 from g2po_bench.benchmarks.webshop.goals import Goal
 from g2po_bench.benchmarks.webshop.nouns import NounExtractorError, check_noun_extractor
 from g2po_bench.benchmarks.webshop.prompt import build_prompt, expert_response, format_observation
+from g2po_bench.benchmarks.webshop.speed import main as speed_benchmark_main
 from g2po_bench.benchmarks.webshop.tasks import (
     PROJECTION,
     TASK_TYPES,

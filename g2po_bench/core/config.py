@@ -59,7 +59,7 @@ __all__ = [
 ]
 
 RL_TASK_POOLS = ("all", "without_demos")  # train.rl_tasks
-# estimator inputs (algorithms/registry.py INPUTS) that backend=openrlhf cannot supply
+# estimator inputs (algorithms/registry/spec.py INPUTS) that backend=openrlhf cannot supply
 OPENRLHF_LACKS = ("entropies",)
 OLD_LOGPROBS = ("auto", "recompute", "sampler")  # train.old_logprobs
 #: train.loss_agg_mode: how a loss is aggregated over tokens and samples (verl core_algos agg_loss)
@@ -113,7 +113,7 @@ class EnvConfig:
     num_workers: int = 0  # 0 = one per CPU this process may use (affinity, SLURM, cgroup quota)
     # recycle an environment worker process after it started this many episodes (0 = never);
     # bounds whatever memory an environment library keeps per game beyond what the benchmark
-    # bounds itself (benchmarks/workers.py; ALFWorld's engine drops each game's interned facts and
+    # bounds itself (g2po_bench/runtime/workers.py; ALFWorld's engine drops each game's interned facts and
     # keeps ~16 games' translations, benchmarks/alfworld/engine.py "Memory"). The CPU proxy's 2
     # workers start 64 episodes each per iteration on 16 games: 1024 recycles every 16 iterations
     # (a recycle costs ~2.5 s of process start-up); the GPU presets, with many more workers, keep 256
@@ -197,7 +197,7 @@ class ModelConfig:
     max_position_embeddings: int = 1024  # tiny model: longest sequence, tokens
     dtype: str = "float32"  # "float32" | "bfloat16"
     device: str = "auto"  # "auto" | "cpu" | "cuda"
-    # torch intra-op threads on a CPU: 0 = every CPU this process may use (g2po_bench.benchmarks.cpus.usable_cpus:
+    # torch intra-op threads on a CPU: 0 = every CPU this process may use (g2po_bench.runtime.cpus.usable_cpus:
     # affinity, SLURM_CPUS_PER_TASK / a sweep job's resources.cpus, cgroup quota). The model and the
     # environment workers take turns, so the model can use every core: on 2 idle cores an RL
     # iteration of the CPU default takes 10 s with 2 threads and 15 s with 1 (docs/cpu-proxy.md).

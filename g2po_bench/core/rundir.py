@@ -20,7 +20,7 @@ Layout of ``results/runs/<run_id>/`` (docs/run-folder.md):
 - ``status.json``: ``{"state": "running"|"done"|"failed"|"interrupted", "iteration",
   "total_iterations", "error", "updated", "code"}`` (``code``: :func:`code_version` of the
   process that wrote it, ``{"commit", "dirty"}`` or null outside a git checkout); ``interrupted``: stopped by a signal
-  (:mod:`g2po_bench.benchmarks.shutdown`), ``iteration`` is that of the checkpoint a resume continues from
+  (:mod:`g2po_bench.runtime.shutdown`), ``iteration`` is that of the checkpoint a resume continues from
   and ``error`` says which signal. ``warnings`` (only when there is one): what the run warned
   about once, e.g. ``stale_sampler`` = ``{"iteration", "gap", "threshold", "compute_dtype"}``
   (:class:`g2po_bench.algorithms.backends.common.SamplerGapMonitor`).

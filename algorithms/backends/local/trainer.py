@@ -19,7 +19,7 @@ Precision and memory (:mod:`g2po_bench.algorithms.backends.local.precision`): th
 float32 master weights, gradients and AdamW state; ``model.dtype=bfloat16`` runs their forward
 passes under autocast; the frozen reference is a copy in ``model.dtype`` on ``train.ref_device``;
 ``train.gradient_checkpointing`` recomputes layer activations; log-probs are computed over
-response positions only, in chunks (:func:`g2po_bench.algorithms.backends.local.policy.response_logprobs`).
+response positions only, in chunks (:func:`g2po_bench.algorithms.backends.local.transformers_policy.response_logprobs`).
 Sampling and rescoring share one definition (:mod:`g2po_bench.algorithms.backends.local.sampling`),
 recorded in ``sampling.json``; the sampler's own log-probs are compared with the old log-probs
 every iteration (``train/sampler_logprob_gap``; above the compute dtype's threshold a warning,
@@ -64,29 +64,29 @@ from g2po_bench.algorithms.backends.local.memory import (
     reset_peak_memory,
 )
 from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer, resolve_device
-from g2po_bench.algorithms.backends.local.policy import (
-    LocalPolicy,
-    pack_sequences,
-    response_logprobs,
-)
 from g2po_bench.algorithms.backends.local.precision import (
     autocast,
     check_master_weights,
     compute_dtype,
 )
 from g2po_bench.algorithms.backends.local.sampling import SamplingParams, model_generation_overrides
+from g2po_bench.algorithms.backends.local.transformers_policy import (
+    LocalPolicy,
+    pack_sequences,
+    response_logprobs,
+)
 from g2po_bench.algorithms.backends.local.value import ValueModel
 from g2po_bench.algorithms.backends.local.warm_start import ensure_warm_start
 from g2po_bench.algorithms.backends.loop import TrainerBackend, TrainingLoop, run_folder
 from g2po_bench.algorithms.backends.progress import RunProgress
 from g2po_bench.algorithms.registry import AdvantageResult
-from g2po_bench.benchmarks.cpus import usable_cpus
 from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.rollout import RolloutBatch
-from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.core.config import RunConfig
 from g2po_bench.core.rundir import RunDir
 from g2po_bench.core.tracking import RunPictures
+from g2po_bench.runtime.cpus import usable_cpus
+from g2po_bench.runtime.workers import EnvPool
 
 __all__ = ["LocalTrainer", "train", "torch_threads", "starting_policy"]
 
@@ -130,7 +130,7 @@ class LocalTrainer(TrainerBackend):
         console: rich console for progress (optional; the loop's run replaces it in :meth:`start`).
 
     Attributes (after :meth:`session`): ``model`` (float32 master weights), ``tokenizer``,
-    ``ref_model`` (the frozen KL reference), ``policy`` (:class:`.policy.LocalPolicy` on ``model``),
+    ``ref_model`` (the frozen KL reference), ``policy`` (:class:`.transformers_policy.LocalPolicy` on ``model``),
     ``optimizer`` (AdamW), ``critic`` (:class:`.value.ValueModel`, critic estimators only).
     """
 
@@ -204,7 +204,7 @@ class LocalTrainer(TrainerBackend):
                                   compute_dtype=self.compute_dtype)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.train.lr,
                                            weight_decay=cfg.train.weight_decay)
-        if needs_critic(cfg):
+        if needs_critic(self.cfg):
             self.critic = ValueModel.from_policy(self.model, lr=cfg.train.value_lr,
                                                  weight_decay=cfg.train.value_weight_decay,
                                                  compute_dtype=self.compute_dtype,
@@ -450,7 +450,7 @@ def _stack(store: dict[int, torch.Tensor], rows: list[int], mask: torch.Tensor) 
 
 def torch_threads(cfg: RunConfig) -> int:
     """The torch intra-op threads of a run: ``model.num_threads``, or with 0 every CPU this process
-    may use (:func:`g2po_bench.benchmarks.cpus.usable_cpus`: the affinity mask, ``SLURM_CPUS_PER_TASK`` /
+    may use (:func:`g2po_bench.runtime.cpus.usable_cpus`: the affinity mask, ``SLURM_CPUS_PER_TASK`` /
     ``G2PO_CPUS_PER_TASK`` (a sweep job's ``resources.cpus``), the cgroup quota). The model and the
     environment workers take turns (the lock-step rollout waits for the workers), so the model may
     use every core while it computes."""
@@ -467,7 +467,7 @@ def train(cfg: RunConfig, console=None, pictures: RunPictures | None = None) -> 
         pictures: draws the tracker pictures (optional; :mod:`g2po_bench.analysis.pictures`).
 
     Raises:
-        g2po_bench.benchmarks.shutdown.Interrupted: stopped by SIGTERM/SIGINT/SIGUSR2 (a ``SystemExit``
+        g2po_bench.runtime.shutdown.Interrupted: stopped by SIGTERM/SIGINT/SIGUSR2 (a ``SystemExit``
             with status 128 + signal; the run folder says ``interrupted``, see
             :mod:`g2po_bench.algorithms.backends.loop`); under Submitit the preemption signal
             requeues the job instead.

@@ -1,6 +1,6 @@
 """The OpenRLHF trainer backend (``backend=openrlhf``): Ray, DeepSpeed ZeRO and vLLM.
 
-The suite's rollout engine drives OpenRLHF 0.11.2's vLLM engines (:mod:`.policy`), the suite's
+The suite's rollout engine drives OpenRLHF 0.11.2's vLLM engines (:mod:`.engine_policy`), the suite's
 registry estimator computes the per-step advantages (:mod:`.advantages`), and one OpenRLHF
 sample per agent step carries them as per-token advantages with an action mask over the
 response tokens only (:mod:`.experience`, :mod:`.experience_maker`); OpenRLHF's actor,

@@ -5,7 +5,7 @@ One iteration, with the same semantics as the local backend
 
 1. **Generation**: ``groups_per_batch`` tasks x ``group_size`` rollouts by the suite's rollout
    engine (:func:`g2po_bench.benchmarks.rollout.collect_rollouts`; environments in worker processes,
-   step prompts with history) through :class:`.policy.EnginePolicy` on OpenRLHF's vLLM engines.
+   step prompts with history) through :class:`.engine_policy.EnginePolicy` on OpenRLHF's vLLM engines.
 2. **Reference and old log-probs** (and critic values): OpenRLHF's
    ``RemoteExperienceMaker.make_experience`` on the actor, reference and critic Ray actor
    groups, one OpenRLHF sample per agent step (:mod:`.experience`).
@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import shutil
 import time
@@ -53,7 +54,7 @@ import ray
 import torch
 from openrlhf.trainer.ppo_trainer import BasePPOTrainer
 
-from g2po_bench.algorithms.backends.common import needs_critic, step_advantages
+from g2po_bench.algorithms.backends.common import needs_critic
 from g2po_bench.algorithms.backends.local.trainer import starting_policy
 from g2po_bench.algorithms.backends.loop import TrainerBackend, TrainingLoop, run_folder
 from g2po_bench.algorithms.backends.openrlhf.args import build_argv, parse_openrlhf_args
@@ -63,22 +64,22 @@ from g2po_bench.algorithms.backends.openrlhf.cluster import (
     read_allocation,
     worker_runtime_env,
 )
+from g2po_bench.algorithms.backends.openrlhf.engine_policy import EnginePolicy, vllm_sampling_params
 from g2po_bench.algorithms.backends.openrlhf.experience import (
     StepSamples,
     build_samples,
     critic_view,
 )
 from g2po_bench.algorithms.backends.openrlhf.experience_maker import StepExperienceMaker
-from g2po_bench.algorithms.backends.openrlhf.policy import EnginePolicy, vllm_sampling_params
 from g2po_bench.algorithms.backends.openrlhf.settings import OpenRLHFSettings, load_settings
 from g2po_bench.algorithms.backends.progress import RunProgress
-from g2po_bench.algorithms.registry import AdvantageResult
+from g2po_bench.algorithms.registry import AdvantageResult, BoundEstimator, bind_run_estimator
 from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.rollout import RolloutBatch
-from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.core.config import RunConfig
 from g2po_bench.core.rundir import RunDir
 from g2po_bench.core.tracking import RunPictures
+from g2po_bench.runtime.workers import EnvPool
 
 __all__ = ["StepPPOTrainer", "ScoredRollouts", "OpenRLHFTrainer", "Stack", "Workers", "load_tokenizer", "train"]
 
@@ -107,7 +108,7 @@ class StepPPOTrainer(BasePPOTrainer):
     Args:
         strategy, actor_model_group, critic_model_group, reference_model_group, vllm_engines,
             tokenizer: as ``BasePPOTrainer`` (no reward model: rewards come from environments).
-        cfg: the RunConfig (its estimator and options).
+        cfg: the RunConfig (its estimator and options: :attr:`estimator`).
         dp_ranks: data-parallel ranks of the actor group.
     """
 
@@ -119,6 +120,13 @@ class StepPPOTrainer(BasePPOTrainer):
         self.experience_maker = StepExperienceMaker(
             actor_model_group, critic_model_group, None, reference_model_group, self.kl_ctl, strategy, tokenizer,
             dp_ranks=dp_ranks)
+
+    @functools.cached_property
+    def estimator(self) -> BoundEstimator:
+        """The run's estimator (:func:`g2po_bench.algorithms.registry.bind_run_estimator`), bound
+        at its first use: by :meth:`make_experiences` (updates outside the training loop); in a
+        run the loop binds its own and gives the advantages to :meth:`train_on_scored`."""
+        return bind_run_estimator(self.cfg)
 
     def train_step(self, rollout_samples, global_step):  # pragma: no cover - OpenRLHF's prompt-level entry
         raise RuntimeError("StepPPOTrainer trains on the suite's rollouts: use train_on_rollouts()")
@@ -146,7 +154,7 @@ class StepPPOTrainer(BasePPOTrainer):
         """Experiences (old and reference log-probs, values, per-token advantages) of the rows,
         the advantages from the configured estimator."""
         scored = self.score(rollouts)
-        experiences = self.with_advantages(scored, lambda values: step_advantages(self.cfg, rollouts, values))
+        experiences = self.with_advantages(scored, lambda values: self.estimator(rollouts, values))
         return experiences, scored.samples
 
     def train_on_rollouts(self, rollouts: RolloutBatch, global_step: int) -> tuple[dict[str, Any], int]:
@@ -488,7 +496,7 @@ def train(cfg: RunConfig, console=None, pictures: RunPictures | None = None,
             tests inject CPU stand-ins here).
 
     Raises:
-        g2po_bench.benchmarks.shutdown.Interrupted: stopped by SIGTERM/SIGINT/the preemption
+        g2po_bench.runtime.shutdown.Interrupted: stopped by SIGTERM/SIGINT/the preemption
             signal (status 128 + signal; the run folder says ``interrupted``), as on the local backend.
     """
     log = _printer(console)
