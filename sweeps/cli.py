@@ -99,7 +99,12 @@ def print_plan(spec, decisions, cluster, console=None) -> None:
     console.print(f"[bold]sweep {spec.name}[/bold]  ({e(str(spec.path))})")
     if spec.description:
         console.print(f"  {spec.description.strip()}", markup=False)
-    console.print(f"  results: {spec.runs_dir}/<run_id>/  (config.yaml, metrics.jsonl, eval.json, status.json, checkpoints/)")
+    if spec.kind == "credit":
+        console.print(f"  credit shards: {spec.runs_dir}/<run_id>/  (credit.json, gradients.npz, report.md, credit.log, "
+                      f"status.json); pooled: {_pool_command(spec)}", markup=False)
+    else:
+        console.print(f"  results: {spec.runs_dir}/<run_id>/  (config.yaml, metrics.jsonl, eval.json, status.json, "
+                      "checkpoints/)")
     console.print(f"  state:   {spec.output_dir / 'sweep.json'}   logs: {spec.output_dir / 'submitit'}/<shape>/")
     table = Table(show_lines=False, pad_edge=False, box=None, header_style="bold")
     for col in ("#", "run id", "variant", "seed", "resources", "action"):
@@ -127,6 +132,11 @@ def print_plan(spec, decisions, cluster, console=None) -> None:
         console.print(f"  shape {key}: {res.describe()} -> {how}", markup=False)
     console.print(f"{len(decisions)} run(s): {n_sub} to submit on '{cluster}', {len(decisions) - n_sub} skipped")
     console.file.flush()
+
+
+def _pool_command(spec) -> str:
+    """The command that pools a credit sweep's shards into one study."""
+    return f"g2po credit --pool {spec.runs_dir} --out {spec.output_dir / 'pooled'}"
 
 
 def print_status(spec, rows, console=None) -> None:
@@ -173,69 +183,11 @@ def run_sweep_command(args, console, pictures=None) -> int:
                 raise SpecError("--max-parallel must be >= 1")
             spec.max_parallel = args.max_parallel
         if args.sweep_command == "launch":
-            cluster = args.cluster or ("slurm" if shutil.which("sbatch") else "local")
-            if args.cluster is None:
-                console.print(f"cluster: {cluster} (choose with --cluster slurm|local|debug)")
-            res = launcher.launch(spec, cluster, where=args.where, dry_run=args.dry_run, console=console,
-                                  on_plan=lambda s, d, c: print_plan(s, d, c), pictures=pictures)
-            if args.dry_run:
-                console.print("dry run: nothing submitted")
-                problem = launcher.cluster_problem(cluster)
-                if problem:
-                    console.print(f"note: a launch would fail here: {problem}", markup=False, highlight=False)
-                needs = sorted({v for d in res.decisions for v in d.run.needs})
-                if needs:
-                    n = sum(1 for d in res.decisions if d.run.needs)
-                    console.print(f"{n} run(s) use unset spec variables ({', '.join(needs)}): planned with placeholders, "
-                                  "their model and data folders not checked, their run ids ending in '?' (the hash needs "
-                                  "the values); set the variables or pass --var NAME=VALUE before launching",
-                                  markup=False, highlight=False)
-                return 0
-            for sub in res.submitted:
-                console.print(f"submitted {sub['cluster']} job {sub['job_id']}: {len(sub['runs_in_job'])} run(s)")
-            for folder in sorted({sub["folder"] for sub in res.submitted}):
-                console.print(f"job logs: {folder}")
-            if not res.submitted:
-                console.print("nothing to submit: every run is done, queued or running")
-            console.print(f"follow with: g2po sweep status {args.spec}")
-            if cluster == "debug":
-                bad = [r for r in res.results if r.get("state") == "failed"]
-                return 1 if bad else 0
-            if args.wait:
-                rows = launcher.wait(spec, args.where, timeout=args.timeout, console=console)
-                print_status(spec, rows)
-                return 0 if all(r.state == "done" for r in rows) else 1
-            return 0
+            return _launch(args, spec, console, pictures)
         if args.sweep_command == "status":
-            rows = launcher.sweep_status(spec, args.where, console=console)
-            if args.json:
-                for r in rows:
-                    print(json.dumps({"run_id": r.run.run_id, "labels": r.run.labels, "state": r.state,
-                                      "detail": r.detail, "job": r.job, "progress": r.progress,
-                                      "success": r.success, "path": str(spec.runs_dir / r.run.run_id)}))
-            else:
-                print_status(spec, rows)
-            return 0
+            return _status(args, spec, console)
         if args.sweep_command == "cancel":
-            timeout = launcher.CANCEL_TIMEOUT_S if args.timeout is None else args.timeout
-            done = launcher.cancel(spec, args.where, console=console, timeout=timeout)
-            if not done:
-                console.print("no queued or running job to cancel")
-            for c in done:
-                job = f"{c['cluster']} job {c['job_id']} ({len(c['runs'])} run(s))"
-                if not c["ok"]:
-                    line = f"could not cancel {job}: {c['message']}"
-                elif c["stopped"]:
-                    line = f"cancelled: {job}; it stopped" + (f" after {c['seconds']:g} s" if c["seconds"] else
-                                                               f" ({c['message']})" if c["message"] else "")
-                else:
-                    line = (f"cancel sent, but {job} is still running after {timeout:g} s: {c['still_running']}. "
-                            "It stops at its next check point (the iteration in flight is not recorded): run "
-                            "cancel again to wait longer"
-                            + (", or kill -KILL the pids to stop it at once (a relaunch resumes from the last "
-                               "checkpoint)" if c["cluster"] == "local" else ""))
-                console.print(line, markup=False)
-            return 0 if all(c["ok"] and c["stopped"] for c in done) else 1
+            return _cancel(args, spec, console)
     except (SpecError, ConfigError) as exc:
         from rich.markup import escape
 
@@ -258,6 +210,82 @@ def run_sweep_command(args, console, pictures=None) -> int:
         console.print("runs submitted before the failure are recorded in the sweep state; fix and relaunch")
         return 1
     return 1
+
+
+def _launch(args, spec, console, pictures) -> int:
+    """``g2po sweep launch``: plan and submit (or the dry run's plan), then ``--wait`` if asked."""
+    cluster = args.cluster or ("slurm" if shutil.which("sbatch") else "local")
+    if args.cluster is None:
+        console.print(f"cluster: {cluster} (choose with --cluster slurm|local|debug)")
+    res = launcher.launch(spec, cluster, where=args.where, dry_run=args.dry_run, console=console,
+                          on_plan=lambda s, d, c: print_plan(s, d, c), pictures=pictures)
+    if args.dry_run:
+        console.print("dry run: nothing submitted")
+        problem = launcher.cluster_problem(cluster)
+        if problem:
+            console.print(f"note: a launch would fail here: {problem}", markup=False, highlight=False)
+        needs = sorted({v for d in res.decisions for v in d.run.needs})
+        if needs:
+            n = sum(1 for d in res.decisions if d.run.needs)
+            console.print(f"{n} run(s) use unset spec variables ({', '.join(needs)}): planned with placeholders, "
+                          "their model and data folders not checked, their run ids ending in '?' (the hash needs "
+                          "the values); set the variables or pass --var NAME=VALUE before launching",
+                          markup=False, highlight=False)
+        return 0
+    for sub in res.submitted:
+        console.print(f"submitted {sub['cluster']} job {sub['job_id']}: {len(sub['runs_in_job'])} run(s)")
+    for folder in sorted({sub["folder"] for sub in res.submitted}):
+        console.print(f"job logs: {folder}")
+    if not res.submitted:
+        console.print("nothing to submit: every run is done, queued or running")
+    console.print(f"follow with: g2po sweep status {args.spec}")
+    if cluster == "debug":
+        bad = [r for r in res.results if r.get("state") == "failed"]
+        return 1 if bad else 0
+    if args.wait:
+        rows = launcher.wait(spec, args.where, timeout=args.timeout, console=console)
+        print_status(spec, rows)
+        done = all(r.state == "done" for r in rows)
+        if done and spec.kind == "credit":
+            console.print(f"every shard is done; pool them with: {_pool_command(spec)}", markup=False)
+        return 0 if done else 1
+    return 0
+
+
+def _status(args, spec, console) -> int:
+    """``g2po sweep status``: a table of the runs, or one JSON line per run with ``--json``."""
+    rows = launcher.sweep_status(spec, args.where, console=console)
+    if args.json:
+        for r in rows:
+            print(json.dumps({"run_id": r.run.run_id, "labels": r.run.labels, "state": r.state,
+                              "detail": r.detail, "job": r.job, "progress": r.progress,
+                              "success": r.success, "path": str(spec.runs_dir / r.run.run_id)}))
+    else:
+        print_status(spec, rows)
+    return 0
+
+
+def _cancel(args, spec, console) -> int:
+    """``g2po sweep cancel``: cancel the queued and running jobs; 0 when every one stopped."""
+    timeout = launcher.CANCEL_TIMEOUT_S if args.timeout is None else args.timeout
+    done = launcher.cancel(spec, args.where, console=console, timeout=timeout)
+    if not done:
+        console.print("no queued or running job to cancel")
+    for c in done:
+        job = f"{c['cluster']} job {c['job_id']} ({len(c['runs'])} run(s))"
+        if not c["ok"]:
+            line = f"could not cancel {job}: {c['message']}"
+        elif c["stopped"]:
+            line = f"cancelled: {job}; it stopped" + (f" after {c['seconds']:g} s" if c["seconds"] else
+                                                       f" ({c['message']})" if c["message"] else "")
+        else:
+            line = (f"cancel sent, but {job} is still running after {timeout:g} s: {c['still_running']}. "
+                    "It stops at its next check point (the iteration in flight is not recorded): run "
+                    "cancel again to wait longer"
+                    + (", or kill -KILL the pids to stop it at once (a relaunch resumes from the last "
+                       "checkpoint)" if c["cluster"] == "local" else ""))
+        console.print(line, markup=False)
+    return 0 if all(c["ok"] and c["stopped"] for c in done) else 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""What runs inside a Submitit job: claim a run, train it (resuming), release it.
+"""What runs inside a Submitit job: claim a run, train it (resuming), release it; or a credit shard.
 
 :class:`SweepJob` is the submitted callable: a :class:`submitit.helpers.Checkpointable` that
 trains one run (Slurm: one array task per run) or a few runs one after the other (the local
@@ -18,6 +18,11 @@ executor: one job per concurrency slot). For each run it
    and starts fresh otherwise (then a ``metrics.jsonl`` left by a run killed before its first
    checkpoint is emptied first, so every iteration appears exactly once);
 4. calls :func:`g2po_bench.train.run_train` and records the outcome in ``<sweep>/events.jsonl``.
+
+A task with ``argv`` is a shard of a credit study (a sweep spec of ``kind: credit``): the job
+runs ``g2po credit <argv> --out <run folder>`` in a child process (:func:`credit_one`); a shard is
+the unit of resumption: a finished one (its ``credit.json`` there) is skipped, an interrupted one
+runs again from its start.
 
 Signals (the policy of :mod:`g2po_bench.runtime.shutdown`): Slurm sends USR2 ``signal_delay_s`` before
 the end or at preemption; the trainer abandons (or finishes) the iteration in flight without
@@ -91,7 +96,7 @@ from g2po_bench.runtime.shutdown import (
 from g2po_bench.sweeps.claims import acquire, describe_owner
 from g2po_bench.train import run_train
 
-__all__ = ["RunTask", "SweepJob", "export_allocation", "job_guard", "log_event"]
+__all__ = ["RunTask", "SweepJob", "export_allocation", "job_guard", "log_event", "credit_one"]
 
 
 @dataclass
@@ -106,6 +111,7 @@ class RunTask:
     cluster: str = "local"
     sweep_name: str | None = None  # the trackers' group (W&B group) unless the config sets logging.group
     pictures: Any = None  # the tracker pictures' drawer (core.tracking.RunPictures), given by the CLI
+    argv: list[str] | None = None  # a credit shard: its ``g2po credit`` arguments (the run folder is its --out)
 
     @property
     def runs_dir(self) -> Path:
@@ -248,6 +254,88 @@ def train_one(task: RunTask, console=None) -> dict[str, Any]:
         claim.release()
 
 
+#: the file a credit shard's ``g2po credit`` writes its output to, in its run folder
+CREDIT_LOG = "credit.log"
+#: seconds a credit shard's process has to end after SIGTERM before it is killed
+CREDIT_STOP_S = 30.0
+
+
+def _last_line(path: Path) -> str:
+    with contextlib.suppress(OSError):
+        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+        if lines:
+            return lines[-1][:300]
+    return ""
+
+
+def _wait_child(proc: subprocess.Popen, guard) -> int:
+    """Wait for ``proc``; on the job's stop request (``guard``) send it SIGTERM, then SIGKILL
+    after :data:`CREDIT_STOP_S` seconds. Returns its exit status."""
+    asked = None
+    while True:
+        try:
+            return proc.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            pass
+        if guard is not None and guard.requested is not None:
+            if asked is None:
+                proc.terminate()
+                asked = time.time()
+            elif time.time() - asked > CREDIT_STOP_S:
+                proc.kill()
+
+
+def credit_one(task: RunTask, guard=None) -> dict[str, Any]:
+    """Claim and run one credit shard: ``g2po credit <argv> --out <its run folder>`` in a child
+    process (its output in ``credit.log`` of the folder); ``status.json`` says running, then done,
+    failed (with the last line of the log) or interrupted. A shard whose folder already holds its
+    ``credit.json`` is done (the study writes it last). A stop request of the job (cancel) ends
+    the child with SIGTERM; the job's own end (a requeue) kills it, so two jobs never write one
+    folder. Returns ``{"run_id", "state", ...}`` as :func:`train_one`."""
+    run = RunDir(task.runs_dir / task.run_id)
+    st = run.read_status()
+    if st and st.get("state") == "done":
+        log_event(task.sweep_dir, run_id=task.run_id, event="skipped", reason="already done")
+        return {"run_id": task.run_id, "state": "skipped", "reason": "already done"}
+    claim, holder, how = acquire(task.claims_dir, task.run_id, on_lost=_interrupt_main)
+    if claim is None:
+        reason = f"claimed by {describe_owner(holder or {})} ({how})"
+        log_event(task.sweep_dir, run_id=task.run_id, event="skipped", reason=reason)
+        return {"run_id": task.run_id, "state": "skipped", "reason": reason}
+    proc = None
+    try:
+        run.create()
+        if (run.root / "credit.json").exists():  # finished before its status was written
+            run.write_status("done", 1, 1)
+            log_event(task.sweep_dir, run_id=task.run_id, event="done", seconds=0.0, resume_from=None)
+            return {"run_id": task.run_id, "state": "done", "resumed_from": None}
+        run.write_status("running", 0, 1)
+        log_event(task.sweep_dir, run_id=task.run_id, event="start", claim=how, resume_from=None,
+                  owner=describe_owner(claim.owner))
+        print(f"[g2po sweep] credit shard {task.run_id}: {how}; g2po credit {' '.join(task.argv or [])}", flush=True)
+        t0 = time.time()
+        log = run.root / CREDIT_LOG
+        with open(log, "a", encoding="utf-8") as fh:
+            proc = subprocess.Popen([sys.executable, "-m", "g2po_bench.cli", "credit", *(task.argv or []),
+                                     "--out", str(run.root)], cwd=task.workdir, stdout=fh, stderr=subprocess.STDOUT)
+            rc = _wait_child(proc, guard)
+        if rc == 0 and (run.root / "credit.json").exists():
+            run.write_status("done", 1, 1)
+            log_event(task.sweep_dir, run_id=task.run_id, event="done", seconds=time.time() - t0, resume_from=None)
+            return {"run_id": task.run_id, "state": "done", "resumed_from": None}
+        stopped = guard is not None and guard.requested is not None
+        err = (f"stopped by {signal.Signals(guard.requested).name}" if stopped else
+               f"g2po credit exited with status {rc}: {_last_line(log)} (log: {log})")
+        run.write_status("interrupted" if stopped else "failed", 0, 1, error=err)
+        log_event(task.sweep_dir, run_id=task.run_id, event="interrupted" if stopped else "failed", error=err)
+        return {"run_id": task.run_id, "state": "failed", "error": err, "resumed_from": None}
+    finally:
+        if proc is not None and proc.poll() is None:  # the job ends (requeue, kill): so does its shard
+            proc.kill()
+            proc.wait()
+        claim.release()
+
+
 def _quiet_forked_children() -> None:
     """Processes forked by the trainer (environment workers) would inherit Submitit's signal
     handlers (and checkpoint and requeue the job themselves when Slurm signals every process of
@@ -319,7 +407,7 @@ class SweepJob(submitit.helpers.Checkpointable):
                 if guard.requested is not None:
                     break
                 try:
-                    results.append(train_one(t, console=console))
+                    results.append(train_one(t, console=console) if t.argv is None else credit_one(t, guard))
                 except ShutdownRequested:  # a check point reached outside the trainer's guard
                     break
             if guard.requested is not None:

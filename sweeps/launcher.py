@@ -320,7 +320,7 @@ def launch(spec: SweepSpec, cluster: str, *, where: list[str] | None = None, dry
                 folder = spec.output_dir / "submitit" / key
                 tasks = [RunTask(run_id=r.run_id, config_yaml=r.config_yaml, sweep_dir=str(spec.output_dir),
                                  workdir=workdir, resources=res.to_dict(), cluster=cluster, sweep_name=spec.name,
-                                 pictures=pictures)
+                                 pictures=pictures, argv=r.argv)
                          for r in group]
                 if cluster == "local":  # no arrays: max_parallel jobs, each trains its share in turn
                     slots = min(spec.max_parallel, len(tasks))

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import itertools
 import json
 import re
@@ -74,7 +75,12 @@ __all__ = [
 SPEC_DIR = Path(__file__).parent / "specs"
 
 _SPEC_KEYS = {"name", "description", "output_dir", "vars", "base", "grid", "runs", "seeds",
-              "resources", "max_parallel", "max_timeouts", "setup"}
+              "resources", "max_parallel", "max_timeouts", "setup", "kind", "credit"}
+#: what a sweep runs: training runs, or the shards of a credit study (``g2po credit --shard``)
+SPEC_KINDS = ("train", "credit")
+_CREDIT_KEYS = {"groups", "shards", "args"}
+#: ``g2po credit`` arguments the launcher sets for every shard (a spec setting them is an error)
+_CREDIT_RESERVED = ("--groups", "--shard", "--out", "--name", "--pool", "--target-half-width", "--max-groups")
 _BASE_KEYS = {"preset", "config", "overrides"}
 _VARIANT_KEYS = {"preset", "set", "resources", "label"}
 # keys the launcher sets for every run (a spec setting them is an error)
@@ -138,8 +144,6 @@ class Resources:
             if v:
                 parts.append(f"{k[0]}-{re.sub(r'[^A-Za-z0-9_.-]', '_', v)}")
         if self.extra:  # a stable digest (folder names must not change between launches)
-            import hashlib
-
             parts.append("x" + hashlib.sha256(json.dumps(self.extra, sort_keys=True).encode()).hexdigest()[:6])
         return "_".join(parts)
 
@@ -180,12 +184,16 @@ class PlannedRun:
     # a dry run's placeholders (expand(..., placeholders=True)): the spec variables this run needs
     # that are not set, as "$ENV" or "vars.NAME"; its run id ends in "?" (the hash needs their values)
     needs: list[str] = field(default_factory=list)
+    # a credit shard (spec kind "credit"): the ``g2po credit`` arguments of the shard (``--out`` apart)
+    argv: list[str] | None = None
 
     def label(self) -> str:
         return " ".join(f"{k}={v}" for k, v in self.labels.items() if k != "seed")
 
     def command(self) -> str:
         """The equivalent single-run command line."""
+        if self.argv is not None:
+            return "g2po credit " + " ".join(_shell_quote(a) for a in self.argv)
         pre = f"--preset {self.preset} " if self.preset else ""
         return f"g2po train {pre}" + " ".join(_shell_quote(o) for o in self.overrides)
 
@@ -209,6 +217,7 @@ class SweepSpec:
     max_parallel: int
     max_timeouts: int
     setup: list[str]
+    kind: str = "train"
 
     @property
     def runs_dir(self) -> Path:
@@ -277,10 +286,18 @@ def load_spec(spec: str | Path, variables: dict[str, str] | None = None,
     setup = _get(raw, "setup", "setup") if raw.get("setup") is not None else []
     if not isinstance(setup, list) or not all(isinstance(s, str) for s in setup):
         raise SpecError(f"{path.name}: setup must be a list of shell lines")
+    kind = str(raw.get("kind") or "train")
+    if kind not in SPEC_KINDS:
+        raise SpecError(f"{path.name}: kind {kind!r} is not one of {', '.join(SPEC_KINDS)}")
+    if (kind == "credit") != ("credit" in raw):
+        raise SpecError(f"{path.name}: a spec of kind credit has a credit: block, and only such a spec")
+    if kind == "credit" and any(k in raw for k in ("base", "grid", "runs")):
+        raise SpecError(f"{path.name}: a credit spec takes its study from credit: (groups, shards, args), "
+                        "not from base/grid/runs")
     return SweepSpec(
         path=path.resolve(), name=name, description=str(raw.get("description") or ""),
         output_dir=Path(str(out)).expanduser().resolve(), raw=raw, seeds=seeds,
-        max_parallel=max_parallel, max_timeouts=max_timeouts, setup=setup,
+        max_parallel=max_parallel, max_timeouts=max_timeouts, setup=setup, kind=kind,
     )
 
 
@@ -475,61 +492,17 @@ def expand(spec: SweepSpec, where: list[str] | None = None, *, placeholders: boo
     """
 
     raw = spec.raw
+    if spec.kind == "credit":
+        return _expand_credit(spec, where)
     if placeholders:
         unset = _unset_vars(raw)
         if unset:
             raw = copy.deepcopy(raw)  # the spec keeps its variables; the copy plans with placeholders
             for k, who in unset.items():
                 raw.vars[k] = PLACEHOLDER.format(who)
-    base = raw.get("base")
-    base_preset: str | None = None
-    base_pairs: list[tuple[str, Any]] = []
-    if base is not None:
-        if not isinstance(base, DictConfig):
-            raise SpecError("base: expected a mapping with preset, config, overrides")
-        unknown = sorted(set(map(str, base.keys())) - _BASE_KEYS)
-        if unknown:
-            raise SpecError(f"base: unknown key(s) {', '.join(unknown)} (known: preset, config, overrides)")
-        base_preset = _get(base, "preset", "base.preset") if base.get("preset") is not None else None
-        if base.get("config") is not None:
-            base_pairs += _set_to_pairs(_get(base, "config", "base.config"), "base.config")
-        if base.get("overrides") is not None:
-            base_pairs += _set_to_pairs(_get(base, "overrides", "base.overrides"), "base.overrides")
-    default_res = _get(raw, "resources", "resources") if raw.get("resources") is not None else {}
-    if not isinstance(default_res, dict):
-        raise SpecError("resources: expected a mapping")
-
-    axes: list[list[_Variant]] = []
-    grid = raw.get("grid")
-    if grid is not None:
-        if not isinstance(grid, DictConfig):
-            raise SpecError("grid: expected a mapping axis -> values")
-        for axis in grid.keys():
-            axes.append(_variants_of_axis(grid, str(axis)))
-    runs_node = raw.get("runs")
-    if runs_node is not None:
-        if not isinstance(runs_node, ListConfig) or len(runs_node) == 0:
-            raise SpecError("runs: expected a non-empty list of variants")
-        listed = []
-        for i in range(len(runs_node)):
-            node = runs_node._get_node(i)
-            label = (str(_get(node, "label", f"runs[{i}].label"))
-                     if isinstance(node, DictConfig) and node.get("label") is not None else str(i))
-            listed.append(_variant(runs_node, i, "run", label, f"runs[{i}]"))
-        axes.append(listed)
-
-    filters = _parse_where(where)
-    known_axes = {a[0].axis for a in axes} | {"seed"}
-    for k in filters:
-        if k not in known_axes:
-            raise SpecError(f"--where {k}=...: no such axis (axes: {', '.join(sorted(known_axes))})")
-    for axis_variants in axes:
-        ax = axis_variants[0].axis
-        if ax in filters:
-            labels = {v.label for v in axis_variants}
-            bad = sorted(filters[ax] - labels)
-            if bad:
-                raise SpecError(f"--where {ax}={','.join(bad)}: no such label (labels: {', '.join(sorted(labels))})")
+    base_preset, base_pairs, default_res = _base_of(raw)
+    axes = _axes_of(raw)
+    filters = _checked_filters(axes, where)
 
     planned: dict[str, PlannedRun] = {}
     errors: dict[str, list[str]] = {}  # message -> runs
@@ -562,17 +535,84 @@ def expand(spec: SweepSpec, where: list[str] | None = None, *, placeholders: boo
             else:
                 planned[key] = run
     if errors:
-        n = sum(len(v) for v in errors.values())
-        lines = []
-        for msg, who in list(errors.items())[:10]:
-            runs = who[0] + (f" and {len(who) - 1} more run(s)" if len(who) > 1 else "")
-            lines.append(f"[{runs}] {msg}")
-        more = f"\n  ... and {len(errors) - 10} more distinct error(s)" if len(errors) > 10 else ""
-        raise SpecError(f"{spec.path.name}: {n} run(s) do not validate; nothing was submitted:\n  "
-                        + "\n  ".join(lines) + more)
+        raise _validation_error(spec, errors)
     if not planned:
         raise SpecError(f"{spec.path.name}: no runs (check --where filters)")
     return list(planned.values())
+
+
+def _base_of(raw: DictConfig) -> tuple[str | None, list[tuple[str, Any]], dict]:
+    """The spec's ``base`` (its preset and its config/overrides as pairs) and default ``resources``."""
+    base = raw.get("base")
+    base_preset: str | None = None
+    base_pairs: list[tuple[str, Any]] = []
+    if base is not None:
+        if not isinstance(base, DictConfig):
+            raise SpecError("base: expected a mapping with preset, config, overrides")
+        unknown = sorted(set(map(str, base.keys())) - _BASE_KEYS)
+        if unknown:
+            raise SpecError(f"base: unknown key(s) {', '.join(unknown)} (known: preset, config, overrides)")
+        base_preset = _get(base, "preset", "base.preset") if base.get("preset") is not None else None
+        if base.get("config") is not None:
+            base_pairs += _set_to_pairs(_get(base, "config", "base.config"), "base.config")
+        if base.get("overrides") is not None:
+            base_pairs += _set_to_pairs(_get(base, "overrides", "base.overrides"), "base.overrides")
+    default_res = _get(raw, "resources", "resources") if raw.get("resources") is not None else {}
+    if not isinstance(default_res, dict):
+        raise SpecError("resources: expected a mapping")
+    return base_preset, base_pairs, default_res
+
+
+def _axes_of(raw: DictConfig) -> list[list[_Variant]]:
+    """The variants of each grid axis, then the ``runs`` list as the axis ``run``."""
+    axes: list[list[_Variant]] = []
+    grid = raw.get("grid")
+    if grid is not None:
+        if not isinstance(grid, DictConfig):
+            raise SpecError("grid: expected a mapping axis -> values")
+        for axis in grid.keys():
+            axes.append(_variants_of_axis(grid, str(axis)))
+    runs_node = raw.get("runs")
+    if runs_node is not None:
+        if not isinstance(runs_node, ListConfig) or len(runs_node) == 0:
+            raise SpecError("runs: expected a non-empty list of variants")
+        listed = []
+        for i in range(len(runs_node)):
+            node = runs_node._get_node(i)
+            label = (str(_get(node, "label", f"runs[{i}].label"))
+                     if isinstance(node, DictConfig) and node.get("label") is not None else str(i))
+            listed.append(_variant(runs_node, i, "run", label, f"runs[{i}]"))
+        axes.append(listed)
+    return axes
+
+
+def _checked_filters(axes: list[list[_Variant]], where: list[str] | None) -> dict[str, set[str]]:
+    """``--where`` filters by axis, each naming an axis and labels the spec has (else SpecError)."""
+    filters = _parse_where(where)
+    known_axes = {a[0].axis for a in axes} | {"seed"}
+    for k in filters:
+        if k not in known_axes:
+            raise SpecError(f"--where {k}=...: no such axis (axes: {', '.join(sorted(known_axes))})")
+    for axis_variants in axes:
+        ax = axis_variants[0].axis
+        if ax in filters:
+            labels = {v.label for v in axis_variants}
+            bad = sorted(filters[ax] - labels)
+            if bad:
+                raise SpecError(f"--where {ax}={','.join(bad)}: no such label (labels: {', '.join(sorted(labels))})")
+    return filters
+
+
+def _validation_error(spec: SweepSpec, errors: dict[str, list[str]]) -> SpecError:
+    """One SpecError listing the first 10 distinct messages, each with the runs it concerns."""
+    n = sum(len(v) for v in errors.values())
+    lines = []
+    for msg, who in list(errors.items())[:10]:
+        runs = who[0] + (f" and {len(who) - 1} more run(s)" if len(who) > 1 else "")
+        lines.append(f"[{runs}] {msg}")
+    more = f"\n  ... and {len(errors) - 10} more distinct error(s)" if len(errors) > 10 else ""
+    return SpecError(f"{spec.path.name}: {n} run(s) do not validate; nothing was submitted:\n  "
+                     + "\n  ".join(lines) + more)
 
 
 def _plan_combo(base_preset, base_pairs, default_res, combo, load_config, config_to_dict):
@@ -608,3 +648,58 @@ def _check_resources(cfg, res: Resources) -> None:
                         "multi-GPU / multi-node runs need backend=openrlhf")
     if cfg.backend == "local" and res.gpus == 0 and cfg.model.device == "cuda":
         raise SpecError("model.device=cuda but resources.gpus is 0")
+
+
+def _expand_credit(spec: SweepSpec, where: list[str] | None) -> list[PlannedRun]:
+    """The shards of a credit study (spec kind ``credit``): one planned run per shard, whose
+    command is ``g2po credit --groups G <args> --shard I/N`` (the job adds ``--out`` its run folder).
+
+    The spec's ``credit:`` block: ``groups`` (the study's G), ``shards`` (N), ``args`` (further
+    ``g2po credit`` arguments and ``key=value`` overrides, as strings). The run ids are
+    ``credit-<hash of the study>-<I>-of-<N>``; ``--where shard=I`` selects shards. The study's own
+    checks (its config, the shards' blocks) run in each job: a bad argument fails every shard with
+    its one-line message in the shard's ``status.json``.
+
+    Raises:
+        SpecError: a missing or bad ``groups``/``shards``/``args``, a reserved argument.
+    """
+    name = spec.path.name
+    c = _get(spec.raw, "credit", "credit")
+    if not isinstance(c, dict):
+        raise SpecError(f"{name}: credit: expected a mapping with groups, shards and args")
+    unknown = sorted(set(c) - _CREDIT_KEYS)
+    if unknown:
+        raise SpecError(f"{name}: credit: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(_CREDIT_KEYS))})")
+    groups, shards, args = c.get("groups"), c.get("shards", 1), c.get("args") or []
+    for key, v in (("groups", groups), ("shards", shards)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise SpecError(f"{name}: credit.{key} must be an integer >= 1, got {v!r}")
+    if shards > groups:
+        raise SpecError(f"{name}: credit.shards {shards} is more than the groups {groups}")
+    if not isinstance(args, list) or not all(isinstance(a, (str, int, float)) and not isinstance(a, bool)
+                                             for a in args):
+        raise SpecError(f"{name}: credit.args must be a list of strings (g2po credit arguments and key=value overrides)")
+    args = [str(a) for a in args]
+    reserved = sorted({a.split("=", 1)[0] for a in args} & set(_CREDIT_RESERVED))
+    if reserved:
+        raise SpecError(f"{name}: credit.args may not set {', '.join(reserved)}: the launcher sets them per shard")
+    res = _get(spec.raw, "resources", "resources") if spec.raw.get("resources") is not None else {}
+    if not isinstance(res, dict):
+        raise SpecError("resources: expected a mapping")
+    resources = Resources.from_mapping(res, "resources")
+    filters = _parse_where(where)
+    if set(filters) - {"shard"}:
+        raise SpecError(f"--where {', '.join(sorted(set(filters) - {'shard'}))}=...: a credit sweep's one axis is shard")
+    key = hashlib.sha256(json.dumps({"groups": groups, "shards": shards, "args": args}).encode()).hexdigest()[:10]
+    out = []
+    for i in range(1, shards + 1):
+        if "shard" in filters and str(i) not in filters["shard"]:
+            continue
+        argv = ["--groups", str(groups), *args, "--shard", f"{i}/{shards}"]
+        out.append(PlannedRun(run_id=f"credit-{key}-{i:02d}-of-{shards:02d}", labels={"shard": str(i)}, seed=0,
+                              preset=None, overrides=list(argv), resources=resources,
+                              config_yaml=yaml.safe_dump({"kind": "credit", "argv": argv}, sort_keys=False),
+                              argv=argv))
+    if not out:
+        raise SpecError(f"{name}: no shards (check --where shard=...)")
+    return out

@@ -11,6 +11,7 @@ import pytest
 
 from g2po_bench.analysis.credit.exact import ExactCorridor, exact_ground_truth
 from g2po_bench.analysis.credit.groundtruth import Continuations, ground_truth, index_prefixes
+from g2po_bench.analysis.credit.record import row_dicts
 from g2po_bench.analysis.credit.replay import ReplayMismatch
 from g2po_bench.analysis.credit.scoring import (
     group_stats,
@@ -361,10 +362,12 @@ def test_g2po_credit_exact_on_the_toy_writes_its_record_and_report(tmp_path, cap
     rec = json.loads((out / "credit.json").read_text())
     assert rec["kind"] == "credit" and rec["mode"] == "exact" and rec["settings"]["groups"] == 2
     assert rec["command"][:2] == ["g2po", "credit"]
-    row = rec["rows"][0]
+    rows = row_dicts(rec)
+    row = rows[0]
     assert {"task", "trajectory", "step", "state_key", "action", "a_star", "a_star_se", "advantages"} <= set(row)
     assert set(row["state_key"]) == {"raw", "reference"} and "g2po" in row["advantages"]
-    assert rec["agreement"]["rows"] == len(rec["rows"])
+    assert rec["agreement"]["rows"] == len(rows)
+    assert "has no model" in rec["gradient"]["note"] and rec["scores"]["a_star"]["gradient"] is None
     assert (out / "report.md").read_text().startswith("# Credit-assignment accuracy")
     assert (out / "figures" / "correlations.png").is_file() and (out / "figures" / "scatter.png").is_file()
     assert not (out / "config.yaml").exists()  # a credit folder is not a run folder
@@ -396,11 +399,11 @@ def test_a_monte_carlo_record_reports_its_ceiling_and_every_row(tmp_path):
     rec = study_record(st, cfg, policy={"kind": "scripted"}, command=["g2po", "credit"])
     write_record(tmp_path, rec)
     back = read_record(tmp_path)
-    assert back["mode"] == "monte_carlo" and len(back["rows"]) == len(st.rollouts.steps)
+    assert back["mode"] == "monte_carlo" and len(row_dicts(back)) == len(st.rollouts.steps)
     assert back["summary"]["continuation_episodes"] == len(st.rows.prefixes) * 8
     r = st.scores["a_star"]["ceiling"]["split_half"]["mean"]
     assert ceiling_line(back).startswith(f"split-half Spearman r = {r:.2f}")
-    np.testing.assert_allclose([x["a_star"] for x in back["rows"]], st.truth.a_star)
+    np.testing.assert_allclose([x["a_star"] for x in row_dicts(back)], st.truth.a_star)
     text = write_study_report(tmp_path, back, figures=False).read_text()
     for name in [v.name for v in st.variants] + ["oracle"]:
         assert f"| {name} |" in text
@@ -427,7 +430,8 @@ def test_studies_side_by_side_quote_each_record_and_the_report_finds_them(tmp_pa
     assert line.count(cell) == 2
     assert next(x for x in table.splitlines() if x.startswith("| grpo |")).count("Δ") == 0  # not against itself
     ceiling = scores["ceiling"]["ceiling"]["mean"]
-    assert table.splitlines()[-1].startswith(f"| ceiling sqrt(reliability) | {ceiling:.2f}")
+    assert table.splitlines()[-2].startswith(f"| reliability index sqrt(reliability) | {ceiling:.2f}")
+    assert table.splitlines()[-1] == "| shared groups (every row defined) | 3 of 3 | 3 of 3 |"
     assert f"{grpo['mean']:.2f}" in table
     undefined = json.loads(json.dumps(rec))  # a study too small for any group to define the difference
     for d in undefined["scores"]["a_star"]["differences"]:

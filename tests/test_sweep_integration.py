@@ -14,7 +14,9 @@ reuse the cluster of ``$SLURM_CONF``; otherwise they are skipped with that reaso
   exactly once, no torn file, and metrics equal to an uninterrupted run of the same config;
 - a cancelled job (``g2po sweep cancel``: Slurm's scancel sends SIGTERM to every process of the
   job; the local executor SIGINT): no crashed iteration is recorded, and the relaunch finishes
-  with metrics equal to an uninterrupted run's (timings aside).
+  with metrics equal to an uninterrupted run's (timings aside);
+- a credit study as shards (a spec of ``kind: credit``): every shard runs once, a relaunch skips
+  them, and the shards pooled (``g2po credit --pool``) equal the study run at once, group for group.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 from sweep_support import (
     assert_complete_run,
     checkpoint_iteration,
@@ -203,6 +206,36 @@ def test_cancel_stops_the_jobs_without_recording_a_crashed_iteration(cluster, tm
     assert_complete_run(run_dir, n)
     ref = reference_metrics(spec.output_dir, run.run_id, tmp_path, tmp_path / "reference")
     assert metrics_without_timings(run_dir) == ref
+
+
+def test_credit_shards_run_through_the_launcher_and_pool_into_the_unsharded_study(cluster, tmp_path):
+    """A toy credit study of 5 groups (the toy's training tasks) in blocks of 2 as 3 shards (Monte Carlo, K = 4)."""
+    args = ["env.name=toy", "env.max_steps=5", "--policy", "toy-scripted", "--continuations", "4",
+            "--batch-groups", "2", "--n-boot", "200", "--no-figures"]
+    spec_file = tmp_path / "credit_toy.yaml"
+    spec_file.write_text(yaml.safe_dump({"kind": "credit", "credit": {"groups": 5, "shards": 3, "args": args},
+                                         "resources": {"cpus": 1, "mem_gb": 2, "time": 20}, "max_parallel": 2}))
+    out = tmp_path / "out"
+    proc = _launch([str(spec_file), "--cluster", cluster, "--output-dir", str(out), "--wait", "--timeout",
+                    str(TIMEOUT)], tmp_path)
+    assert "every shard is done; pool them with: g2po credit --pool" in proc.stderr, proc.stderr
+    spec = load_spec(spec_file, output_dir=out)
+    runs = expand(spec)
+    for r in runs:
+        assert json.loads((out / "runs" / r.run_id / "status.json").read_text())["state"] == "done"
+        assert len(events(out, r.run_id, "start")) == 1
+    again = _launch([str(spec_file), "--cluster", cluster, "--output-dir", str(out)], tmp_path)
+    assert again.stdout.count("skip: done") == 3
+    pooled = subprocess.run([sys.executable, "-m", "g2po_bench.cli", "credit", "--pool", str(out / "runs"), "--out",
+                             str(out / "pooled"), "--no-figures"], cwd=tmp_path, capture_output=True, text=True)
+    assert pooled.returncode == 0, pooled.stderr
+    whole = subprocess.run([sys.executable, "-m", "g2po_bench.cli", "credit", "--groups", "5", *args, "--out",
+                            str(tmp_path / "whole")], cwd=tmp_path, capture_output=True, text=True)
+    assert whole.returncode == 0, whole.stderr
+    a = json.loads((out / "pooled" / "credit.json").read_text())
+    b = json.loads((tmp_path / "whole" / "credit.json").read_text())
+    for key in ("per_group", "scores", "rows", "summary", "tasks", "settings", "variants"):
+        assert a[key] == b[key], key
 
 
 def test_cli_entry_point_has_the_sweep_commands():

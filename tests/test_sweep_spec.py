@@ -174,7 +174,8 @@ def test_cpu_ablation_reuses_the_committed_main_cells_and_ablates_one_axis_each(
 
 
 def test_every_spec_in_the_folder_is_covered():
-    assert {p.stem for p in SPEC_DIR.glob("*.yaml")} == set(PAPER_SPECS) | {"smoke", "cpu_proxy", "cpu_ablation"}
+    assert {p.stem for p in SPEC_DIR.glob("*.yaml")} == set(PAPER_SPECS) | {"smoke", "cpu_proxy", "cpu_ablation",
+                                                                          "credit_trained", "credit_warm_start"}
 
 
 def test_missing_variable_names_the_environment_variable(monkeypatch):
@@ -316,3 +317,59 @@ def test_a_jobs_device_auto_is_hashed_as_the_device_its_resources_give(tmp_path,
                                   extra={"grid": {"algorithm.name": ["grpo"], "model.device": [device]}}))
         ids[device] = [r.run_id for r in expand(spec)]
     assert ids["auto"] == ids["cpu"]
+
+
+# ------------------------------------------------------------------ credit studies as shards
+def _credit_spec(tmp_path, **credit):
+    block = {"groups": 8, "shards": 3, "args": ["env.name=toy", "--policy", "toy-scripted", "--batch-groups", "2"]}
+    block.update(credit)
+    path = tmp_path / "credit_toy.yaml"
+    path.write_text(yaml.safe_dump({"kind": "credit", "credit": block, "resources": {"cpus": 1, "time": 10}}))
+    return path
+
+
+def test_a_credit_spec_expands_into_its_shards(tmp_path):
+    spec = load_spec(_credit_spec(tmp_path))
+    runs = expand(spec)
+    assert spec.kind == "credit" and len(runs) == 3
+    assert [r.argv[-2:] for r in runs] == [["--shard", "1/3"], ["--shard", "2/3"], ["--shard", "3/3"]]
+    assert runs[0].argv[:2] == ["--groups", "8"] and "--policy" in runs[0].argv
+    assert runs[0].run_id.startswith("credit-") and runs[0].run_id.endswith("-01-of-03")
+    assert len({r.run_id.rsplit("-", 3)[0] for r in runs}) == 1  # one study
+    assert runs[1].command().startswith("g2po credit --groups 8 env.name=toy")
+    assert [r.run_id for r in expand(spec, ["shard=2"])] == [runs[1].run_id]
+    other = expand(load_spec(_credit_spec(tmp_path, groups=10)))
+    assert other[0].run_id != runs[0].run_id  # another study, other run ids
+
+
+def test_the_committed_credit_specs_shard_208_groups_into_13_blocks(monkeypatch):
+    monkeypatch.delenv("G2PO_CREDIT_RUN", raising=False)
+    for name, policy in (("credit_trained", ["--run", "results/runs/alfworld-g2po-s0-ac5faa397e"]),
+                         ("credit_warm_start", [])):
+        runs = expand(load_spec(name))
+        assert len(runs) == 13 and runs[12].argv[-2:] == ["--shard", "13/13"]
+        assert runs[0].argv[:2 + len(policy)] == ["--groups", "208", *policy]
+    monkeypatch.setenv("G2PO_CREDIT_RUN", "/runs/g2po")
+    assert expand(load_spec("credit_trained"))[0].argv[2:4] == ["--run", "/runs/g2po"]
+
+
+@pytest.mark.parametrize("credit, message", [
+    ({"args": ["--out", "x"]}, "may not set --out"),
+    ({"args": ["--groups=4"]}, "may not set --groups"),
+    ({"shards": 0}, "credit.shards must be an integer >= 1"),
+    ({"shards": 9}, "more than the groups"),
+    ({"seeds": 3}, "unknown key"),
+])
+def test_a_bad_credit_spec_fails_before_any_work(tmp_path, credit, message):
+    with pytest.raises(SpecError, match=message):
+        expand(load_spec(_credit_spec(tmp_path, **credit)))
+
+
+def test_a_credit_block_belongs_to_a_credit_spec(tmp_path):
+    path = tmp_path / "mixed.yaml"
+    path.write_text(yaml.safe_dump({"credit": {"groups": 2}, "grid": {"algorithm.name": ["grpo"]}}))
+    with pytest.raises(SpecError, match="a spec of kind credit has a credit: block"):
+        load_spec(path)
+    path.write_text(yaml.safe_dump({"kind": "credit", "credit": {"groups": 2}, "grid": {"algorithm.name": ["grpo"]}}))
+    with pytest.raises(SpecError, match="not from base/grid/runs"):
+        load_spec(path)

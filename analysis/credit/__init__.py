@@ -14,12 +14,17 @@ must equal the recorded one, else a one-line error names the task and step), and
 registered estimator and the ablation variants on the very same StepBatch: within-group
 Spearman and Pearson correlation with A*, sign agreement on decisive steps (|A*| >= 0.2) and
 the fraction of credit mass on them, each with a 95 % bootstrap CI over task groups, and paired
-differences between estimators. The Monte-Carlo noise is measured, not assumed: a split-half
-reliability (Spearman-Brown) of A*, per-step standard errors, and an oracle row that scores A*
-of one half of the continuations against the other half. A lower-variance A* (pooling the
-continuations by their first action) and the discounted A* are reported beside the plain
-difference. On the toy corridor with a scripted policy of explicit probabilities, exact mode
-computes V by dynamic programming instead.
+differences between estimators (with Holm's correction over the study's comparisons and the
+task groups that would resolve a difference of 0.05). Beside the within-group rank, the
+**update direction**: the cosine between the policy gradient of the trainer's loss under the
+estimator's advantages and under A*, in a training batch (what normalization, group weighting and
+step weighting change and a rank cannot see). The Monte-Carlo noise is measured, not assumed: a
+split-half reliability (Spearman-Brown) of A*, per-step standard errors, and an oracle row that scores A*
+of one half of the continuations against the other half. An A* that pools the continuations by
+their first action and the discounted A* are reported beside the plain difference. Every row is
+scored on one shared set of task groups. A study runs as shards of whole blocks of groups (a
+training batch each) and pools back into the study run at once. On the toy corridor with a
+scripted policy of explicit probabilities, exact mode computes V by dynamic programming instead.
 
 Modules (one concept each):
 
@@ -29,12 +34,18 @@ Modules (one concept each):
 - :mod:`~g2po_bench.analysis.credit.variants`: the table of scored estimator variants and the
   one function that calls the estimator registry.
 - :mod:`~g2po_bench.analysis.credit.scoring`: correlations, sign agreement, credit mass, CIs,
-  paired differences, the oracle and the ceiling.
+  paired differences, the oracle and the reliability index.
+- :mod:`~g2po_bench.analysis.credit.gradients`: per-row loss gradients of the trainer's policy
+  loss, their sketch, the group vectors (torch); :mod:`~g2po_bench.analysis.credit.alignment`: the
+  gradient alignment of a training batch from per-block inner products (numpy).
+- :mod:`~g2po_bench.analysis.credit.resolution`: the groups a comparison needs, Holm's correction.
+- :mod:`~g2po_bench.analysis.credit.pool`: every figure from the per-group numbers, the shared
+  groups, and the pool of a study's parts (shards, chunks).
 - :mod:`~g2po_bench.analysis.credit.replay`: the rollout hooks that continue recorded episodes
   (prefix replay, per-sample seeds, known ends, the state keys of both rules).
 - :mod:`~g2po_bench.analysis.credit.study`: the phases of a study (rollouts, continuations,
   ground truth, scoring) on a policy and an environment pool.
-- :mod:`~g2po_bench.analysis.credit.record`: ``credit.json`` (write and read).
+- :mod:`~g2po_bench.analysis.credit.record`: ``credit.json`` and ``gradients.npz`` (write and read).
 - :mod:`~g2po_bench.analysis.credit.report`: the study's ``report.md`` and its section in
   ``g2po report``; :mod:`~g2po_bench.analysis.credit.figures`: scatter and bar charts.
 - :mod:`~g2po_bench.analysis.credit.cli`: ``g2po credit`` (policy and config loading, outputs)

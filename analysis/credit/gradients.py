@@ -47,22 +47,29 @@ torch for the backward passes, numpy for the rest.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from g2po_bench.algorithms.backends.local.precision import autocast, compute_dtype
 from g2po_bench.algorithms.backends.local.sampling import SamplingParams
 from g2po_bench.algorithms.backends.local.transformers_policy import (
     pack_sequences,
     response_logprobs,
 )
+from g2po_bench.analysis.credit.alignment import (
+    HALVES,
+    GroupGradients,
+    alignment_table,
+    block_matrices,
+    gradient_pairs,
+)
 from g2po_bench.core.config import LOSS_AGG_MODES
 
-__all__ = ["row_weights", "GradientSketch", "row_gradients", "group_vectors", "alignment_scores",
-           "GradientAlignment"]
+__all__ = ["row_weights", "GradientSketch", "row_gradients", "group_vectors", "family_vectors",
+           "block_matrices_of_rows", "block_gradients", "alignment_scores", "GradientAlignment"]
 
 
 def row_weights(lengths: Sequence[int], mode: str = "token-mean") -> np.ndarray:
@@ -145,8 +152,9 @@ class GradientSketch:
 
 
 def row_gradients(model, prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]],
-                  weights: np.ndarray, sketch: GradientSketch, *, pad_token_id: int,
-                  sampling: SamplingParams | None = None, chunk_tokens: int = 1024) -> np.ndarray:
+                  weights: np.ndarray, sketch: GradientSketch | Sequence[GradientSketch], *, pad_token_id: int,
+                  sampling: SamplingParams | None = None, chunk_tokens: int = 1024,
+                  compute_dtype: torch.dtype | None = None):
     """J_i = w_i grad sum_t log pi(y_{i,t}), sketched, for every row (module docstring).
 
     One backward pass per row, the log-probabilities as the trainer scores them
@@ -156,13 +164,17 @@ def row_gradients(model, prompt_ids: Sequence[Sequence[int]], response_ids: Sequ
         model: the policy (a causal LM; its trainable parameters are those of ``sketch``).
         prompt_ids, response_ids: B token-id lists.
         weights: (B,) float, :func:`row_weights`.
-        sketch: the :class:`GradientSketch` of ``model``'s parameters.
+        sketch: the :class:`GradientSketch` of ``model``'s parameters, or several (independent
+            sketches of the same gradients, one backward pass for all).
         pad_token_id: the tokenizer's pad id.
         sampling: the sampling definition the responses were drawn from.
         chunk_tokens: LM-head chunk size.
+        compute_dtype: the forward passes' autocast dtype (the trainer's ``model.dtype``; None
+            or float32: none).
 
     Returns:
-        (B, d) float32; rows without response tokens or weight are 0.
+        (B, d) float32, or a list of them (one per sketch) when ``sketch`` is a sequence; rows
+        without response tokens or weight are 0.
 
     Raises:
         ValueError: lengths differ.
@@ -170,8 +182,9 @@ def row_gradients(model, prompt_ids: Sequence[Sequence[int]], response_ids: Sequ
     b = len(prompt_ids)
     if len(response_ids) != b or len(weights) != b:
         raise ValueError(f"row_gradients: {b} prompts, {len(response_ids)} responses, {len(weights)} weights")
+    sketches = [sketch] if isinstance(sketch, GradientSketch) else list(sketch)
     device = next(model.parameters()).device
-    out = np.zeros((b, sketch.dim), dtype=np.float32)
+    outs = [np.zeros((b, sk.dim), dtype=np.float32) for sk in sketches]
     was_training = model.training
     model.eval()  # no dropout: the gradient of the policy that sampled
     try:
@@ -180,13 +193,15 @@ def row_gradients(model, prompt_ids: Sequence[Sequence[int]], response_ids: Sequ
                 continue
             model.zero_grad(set_to_none=True)
             packed = pack_sequences([prompt_ids[i]], [response_ids[i]], pad_token_id, device)
-            logp, _ = response_logprobs(model, packed, sampling=sampling, chunk_tokens=chunk_tokens)
+            with autocast(device, compute_dtype):
+                logp, _ = response_logprobs(model, packed, sampling=sampling, chunk_tokens=chunk_tokens)
             (logp.sum() * float(weights[i])).backward()
-            out[i] = sketch.sketch().numpy()
+            for out, sk in zip(outs, sketches):
+                out[i] = sk.sketch().numpy()
     finally:
         model.zero_grad(set_to_none=True)
         model.train(was_training)
-    return out
+    return outs[0] if isinstance(sketch, GradientSketch) else outs
 
 
 def group_vectors(row_grads: np.ndarray, group_index: np.ndarray, num_groups: int,
@@ -200,10 +215,94 @@ def group_vectors(row_grads: np.ndarray, group_index: np.ndarray, num_groups: in
     Returns:
         (G, d) float64.
     """
-    a = np.nan_to_num(np.asarray(advantages, dtype=np.float64))
-    out = np.zeros((num_groups, row_grads.shape[1]), dtype=np.float64)
-    np.add.at(out, np.asarray(group_index, dtype=np.int64), row_grads.astype(np.float64) * a[:, None])
-    return out
+    return family_vectors(row_grads, group_index, num_groups, {"a": advantages})["a"]
+
+
+def family_vectors(row_grads: np.ndarray, group_index: np.ndarray, num_groups: int,
+                   families: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """:func:`group_vectors` of several advantage vectors at once (one matrix product).
+
+    Args:
+        row_grads: (B, d) J rows; group_index: (B,) int in 0..G-1; num_groups: G;
+        families: name -> (B,) advantages (NaN rows count as 0).
+
+    Returns:
+        name -> (G, d) float64.
+    """
+    names = list(families)
+    gi = np.asarray(group_index, dtype=np.int64)
+    b = row_grads.shape[0]
+    w = np.zeros((len(names) * num_groups, b), dtype=np.float64)
+    for f, name in enumerate(names):
+        a = np.nan_to_num(np.asarray(families[name], dtype=np.float64))
+        w[f * num_groups + gi, np.arange(b)] = a
+    v = w @ row_grads.astype(np.float64, copy=False) if b else np.zeros((len(w), row_grads.shape[1]))
+    return {name: v[f * num_groups:(f + 1) * num_groups] for f, name in enumerate(names)}
+
+
+def block_matrices_of_rows(row_grads: np.ndarray, group_index: np.ndarray, num_groups: int,
+                           families: Mapping[str, np.ndarray], pairs: Sequence[tuple[str, str]]
+                           ) -> dict[str, np.ndarray]:
+    """The inner-product matrices of one block
+    (:func:`g2po_bench.analysis.credit.alignment.block_matrices`) from its rows' J and the
+    advantage vectors (``families``) the ``pairs`` name."""
+    used = {x for pair in pairs for x in pair}
+    return block_matrices(family_vectors(row_grads, group_index, num_groups,
+                                         {k: v for k, v in families.items() if k in used}), pairs)
+
+
+_SKETCHES: dict[tuple[int, int, int], list[GradientSketch]] = {}
+
+
+def _sketches(model, dim: int, seed: int) -> list[GradientSketch]:
+    """The study's sketch of ``model``'s gradients and, for a compressed one, a second,
+    independent sketch that measures the compression's error (built once per model)."""
+    key = (id(model), dim, seed)
+    if key not in _SKETCHES:
+        params = list(model.parameters())
+        _SKETCHES.clear()  # one model at a time
+        _SKETCHES[key] = ([GradientSketch(params, dim=0)] if dim == 0 else
+                          [GradientSketch(params, dim=dim, seed=seed), GradientSketch(params, dim=dim, seed=seed + 1)])
+    return _SKETCHES[key]
+
+
+def block_gradients(policy, cfg, prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]],
+                    group_index: np.ndarray, num_groups: int, families: Mapping[str, np.ndarray],
+                    pairs: Sequence[tuple[str, str]], check_pairs: Sequence[tuple[str, str]] = (), *,
+                    sketch_dim: int = 16384, seed: int = 0) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The inner-product matrices of one block's group gradients under every advantage vector.
+
+    The block's rows are one batch of the trainer's loss (:func:`row_weights` under
+    ``train.loss_agg_mode``; log-probabilities under the training sampling definition, LM-head
+    chunk and compute dtype); every row's J is sketched (:class:`GradientSketch`, ``sketch_dim``
+    buckets; 0: exact), then :func:`block_matrices_of_rows`.
+
+    Args:
+        policy: a local policy (``model``, ``tokenizer``).
+        cfg: the run config (``train.*``, ``model.dtype``).
+        prompt_ids, response_ids: the block's rows' token ids.
+        group_index: (n,) each row's group within the block, 0..num_groups-1.
+        num_groups: the block's groups.
+        families: name -> (n,) advantages (NaN counts 0).
+        pairs: the (x, y) names whose matrices are wanted.
+        check_pairs: pairs whose matrices are also computed with a second, independent sketch
+            (the compression's error; none with exact gradients).
+        sketch_dim, seed: the sketch's buckets and hash seed.
+
+    Returns:
+        (``pair_key`` -> (num_groups, num_groups) float64 of the sketch, the same of the second
+        sketch for ``check_pairs`` or {}).
+    """
+    model = policy.model
+    weights = row_weights([len(r) for r in response_ids], cfg.train.loss_agg_mode)
+    sketches = _sketches(model, sketch_dim, seed)
+    js = row_gradients(model, prompt_ids, response_ids, weights, sketches,
+                       pad_token_id=policy.tokenizer.pad_token_id,
+                       sampling=SamplingParams(temperature=cfg.train.temperature, top_p=cfg.train.top_p),
+                       chunk_tokens=cfg.train.logprob_chunk_tokens, compute_dtype=compute_dtype(cfg.model.dtype))
+    mats = block_matrices_of_rows(js[0], group_index, num_groups, families, pairs)
+    check = block_matrices_of_rows(js[1], group_index, num_groups, families, check_pairs) if len(js) > 1 else {}
+    return mats, check
 
 
 @dataclass
@@ -223,64 +322,38 @@ class GradientAlignment:
     groups: int
 
 
-def _cos(e_e: np.ndarray, e_1: np.ndarray, e_2: np.ndarray, s_12: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore", divide="ignore"):
-        den = np.sqrt(np.maximum(e_e, 0.0)) * np.sqrt(s_12)
-        return np.where((s_12 > 0) & (e_e > 0), 0.5 * (e_1 + e_2) / den, np.nan)
-
-
 def alignment_scores(vectors: Mapping[str, np.ndarray], half_1: np.ndarray, half_2: np.ndarray, *,
                      n_boot: int = 2000, seed: int = 0, confidence: float = 0.95,
-                     pairs: Sequence[tuple[str, str]] = ()) -> dict[str, dict]:
-    """Gradient alignment of every row set (module docstring), with CIs over task groups.
+                     pairs: Sequence[tuple[str, str]] = (), block: np.ndarray | None = None,
+                     batch: int | None = None) -> dict[str, dict]:
+    """Gradient alignment of every row set from group vectors, with CIs over task groups
+    (:func:`g2po_bench.analysis.credit.alignment.alignment_table` on their per-group scalars).
 
     Args:
         vectors: name -> (G, d) group vectors of the estimator's advantages (:func:`group_vectors`).
         half_1, half_2: (G, d) group vectors of A* from the two halves of the continuations.
         n_boot, seed, confidence: the percentile bootstrap over the G groups.
         pairs: (a, b) names whose paired difference cos_a - cos_b is wanted (same resamples).
+        block: (G,) the block (training batch) of each group; None: one block of all G groups.
+        batch: B, the groups of a training batch; None: G (the cosine of the whole sampled batch).
 
     Returns:
         ``{"rows": {name: GradientAlignment}, "pairs": {"a - b": {"diff", "ci"}},
-        "truth": {"reliability": <g*_1, g*_2> / (|g*_1| |g*_2|), "ci": ...}}``.
+        "truth": {"reliability": the split-half cosine of the true gradient}}``.
     """
     g = half_1.shape[0]
-    rng = np.random.default_rng([seed, 0x6AD])
-    counts = rng.multinomial(g, np.full(g, 1.0 / g), size=n_boot).astype(np.float64) if g else np.zeros((n_boot, 0))
-    ones = np.ones(g)
-
-    def quad(x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
-        m = x @ y.T  # (G, G) inner products of group vectors
-        return float(ones @ m @ ones), np.einsum("bg,gh,bh->b", counts, m, counts)
-
-    s12, s12_b = quad(half_1, half_2)
-    s11, _ = quad(half_1, half_1)
-    s22, _ = quad(half_2, half_2)
-    lo_q, hi_q = (1 - confidence) / 2, 1 - (1 - confidence) / 2
-    mean_half = 0.5 * (half_1 + half_2)
-    rows: dict[str, GradientAlignment] = {}
-    boots: dict[str, np.ndarray] = {}
-    for name, v in vectors.items():
-        ee, ee_b = quad(v, v)
-        e1, e1_b = quad(v, half_1)
-        e2, e2_b = quad(v, half_2)
-        mm, _ = quad(mean_half, mean_half)
-        em, _ = quad(v, mean_half)
-        cos = float(_cos(np.array(ee), np.array(e1), np.array(e2), np.array(s12)))
-        boots[name] = _cos(ee_b, e1_b, e2_b, s12_b)
-        ci = _percentiles(boots[name], lo_q, hi_q)
-        naive = em / math.sqrt(ee * mm) if ee > 0 and mm > 0 else math.nan
-        rows[name] = GradientAlignment(cosine=cos, ci=ci, naive=float(naive), groups=g)
-    out_pairs = {}
-    for a, b in pairs:
-        d = boots[a] - boots[b]
-        out_pairs[f"{a} - {b}"] = {"diff": rows[a].cosine - rows[b].cosine, "ci": _percentiles(d, lo_q, hi_q)}
-    rel = s12 / math.sqrt(s11 * s22) if s11 > 0 and s22 > 0 else math.nan
-    return {"rows": rows, "pairs": out_pairs, "truth": {"reliability": float(rel), "inner_12": s12}}
-
-
-def _percentiles(x: np.ndarray, lo: float, hi: float) -> tuple[float, float]:
-    x = x[np.isfinite(x)]
-    if not x.size:
-        return (math.nan, math.nan)
-    return (float(np.quantile(x, lo)), float(np.quantile(x, hi)))
+    block = np.zeros(g, dtype=np.int64) if block is None else np.asarray(block, dtype=np.int64)
+    t = "A* (the halves' mean)"  # no row set is named so (checked)
+    if t in vectors:
+        raise ValueError(f"alignment_scores: a row set may not be named {t!r}")
+    fams = {t + HALVES[0]: half_1, t + HALVES[1]: half_2, t: 0.5 * (half_1 + half_2), **vectors}
+    want = gradient_pairs(list(vectors), [t])
+    ids = list(dict.fromkeys(block.tolist()))
+    order = np.concatenate([np.flatnonzero(block == b) for b in ids])  # blocks contiguous
+    mats = [block_matrices({k: v[block == b] for k, v in fams.items()}, want) for b in ids]
+    gg = GroupGradients.from_blocks(np.arange(g)[order], block[order], g if batch is None else batch, mats)
+    tab = alignment_table(gg, list(vectors), t, n_boot=n_boot, seed=seed, confidence=confidence, pairs=pairs)
+    rows = {n: GradientAlignment(cosine=r["cosine"], ci=tuple(r["ci"]), naive=r["naive"], groups=g)
+            for n, r in tab["rows"].items()}
+    out_pairs = {f"{d['a']} - {d['b']}": {"diff": d["mean"], "ci": tuple(d["ci"])} for d in tab["differences"]}
+    return {"rows": rows, "pairs": out_pairs, "truth": {"reliability": tab["truth"]["reliability"]}}

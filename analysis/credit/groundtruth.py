@@ -22,7 +22,10 @@ history h_t):
 - **split halves**: continuations k < K/2 (half A) and k >= K/2 (half B) give two independent
   estimates of every advantage (the reliability of ``A*`` and the oracle row,
   :mod:`g2po_bench.analysis.credit.scoring`);
-- **pooled by first action** (lower variance, a plug-in estimate with a small bias): every
+- **pooled by first action** (a plug-in estimate with a small bias; not more reliable than the
+  plain A*: with common random numbers a continuation from h_t whose first action is a_t is the
+  continuation of the same k from h_{t+1}, so it counts twice in ``Q(a_t)``; its split-half
+  reliability was lower in every committed study): every
   continuation from h_t also records its first action a'. Continuations from h_t whose first
   action is a_t pass through h_{t+1}, so ``Q(a_t)`` pools them with the continuations from
   h_{t+1}; with ``p`` the empirical frequency of a_t among the first actions at h_t and

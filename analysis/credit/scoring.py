@@ -21,12 +21,14 @@ form, :mod:`g2po_bench.analysis.credit.groundtruth`):
   sums); **paired differences** between two rows use the per-group difference of their
   correlations over the groups where both are defined.
 
-**The oracle and the ceiling.** The ``oracle`` row scores the target computed from half A of
-the continuations against the target from the independent half B; its mean within-group
+**The oracle and the reliability index.** The ``oracle`` row scores the target computed from half
+A of the continuations against the target from the independent half B; its mean within-group
 Spearman is the split-half correlation r of the Monte-Carlo ground truth. The Spearman-Brown
-formula gives the reliability of the full-K target, ``rel = 2 r / (1 + r)``, and a perfect
-estimator (the true advantage) would correlate with the full-K target at about ``sqrt(rel)``:
-the ceiling every row's correlation is read against.
+formula gives the reliability of the full-K target, ``rel = 2 r / (1 + r)``, and an estimator
+equal to the true advantage would correlate with the full-K target at about ``sqrt(rel)`` (the
+``ceiling`` entry): a reliability index of the ground truth, not a bound on a row (an estimator
+can reach or pass it, e.g. one whose errors share the continuations' noise under common random
+numbers) and not a factor every row is attenuated by.
 """
 
 from __future__ import annotations
@@ -211,7 +213,7 @@ def spearman_brown(r: float) -> float:
 
 
 def ceiling(oracle: dict) -> dict:
-    """The Monte-Carlo ceiling from the oracle row's summary (module docstring):
+    """The reliability index of the ground truth from the oracle row's summary (module docstring):
     ``{"split_half": r [lo, hi], "reliability": SB(r) [lo, hi], "ceiling": sqrt(SB(r)) [lo, hi]}``
     (a CI maps through the monotone formulas; NaN where r <= 0 has no square root)."""
     sp = oracle["spearman"]

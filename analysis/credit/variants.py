@@ -3,9 +3,15 @@
 :data:`VARIANTS` is data, a table of (name, estimator, options, state-key rule): the registered
 estimators at their reference defaults and the ablation axes of the G2PO paper (arXiv 2606.22995;
 docs/estimators/g2po.md: G2PO's aggregation, components ladder, edge standardization scope, node
-reference set, graph scope, normalization mode and w in {0, 0.2, ..., 1.2}; GiGPO with and without
-the std, on both state keys; GRPO's two episode statistics; RLOO; PPO's two conventions when the
-policy comes with a critic). :func:`study_variants` adds a default row for every registered
+reference set, graph scope, normalization mode and w in {0, 0.2, ..., 1.2}; GiGPO on both state
+keys; GRPO's two episode statistics; RLOO; PPO's two conventions when the policy comes with a
+critic), and the axes that change the size of advantages across groups and steps, which the
+gradient alignment sees and a within-group rank does not (docs/credit.md): **normalization**
+(mean only against mean and std: GRPO, GiGPO, G2PO, HGPO, GraphGPO's ``normalization``), **group
+against batch statistics** (G2PO's edge standardization and graph over the batch; GRPO's
+per-trajectory episode statistic), **aggregation** (G2PO without it), and **step weight** (episode
+against step level: G2PO's w grid and components ladder, GiGPO's w = 0 (its episode term alone,
+= GRPO) and 0.5, HGPO with its episode item). :func:`study_variants` adds a default row for every registered
 estimator the table does not name, so an estimator registered later is scored without editing this
 file.
 
@@ -67,11 +73,14 @@ def _v(name: str, estimator: str, axis: str = "", state_key: str | None = None, 
 VARIANTS: tuple[Variant, ...] = (
     _v("grpo", "grpo"),
     _v("grpo traj-stat", "grpo", "episode statistic", episode_stat="trajectories"),
+    _v("grpo mean_norm", "grpo", "normalization", mode="mean_norm"),
     _v("rloo", "rloo"),
     _v("gigpo", "gigpo", "", "raw"),
-    _v("gigpo w/o std", "gigpo", "gigpo normalization", "raw", mode="mean_norm"),
+    _v("gigpo w/o std", "gigpo", "normalization", "raw", mode="mean_norm"),
     _v("gigpo ref-key", "gigpo", "gigpo state key", "reference"),
     _v("gigpo w/o std ref-key", "gigpo", "gigpo state key", "reference", mode="mean_norm"),
+    _v("gigpo w=0.0", "gigpo", "step weight", "raw", step_weight=0.0),
+    _v("gigpo w=0.5", "gigpo", "step weight", "raw", step_weight=0.5),
     _v("g2po", "g2po"),
     _v("g2po no-agg", "g2po", "aggregation", aggregation=False),
     _v("g2po ep", "g2po", "components", components="ep"),
@@ -81,9 +90,12 @@ VARIANTS: tuple[Variant, ...] = (
     _v("g2po edge-scope node", "g2po", "edge_norm_scope", edge_norm_scope="node"),
     _v("g2po ref-set successors", "g2po", "node_reference_set", node_reference_set="successors"),
     _v("g2po graph-scope batch", "g2po", "graph_scope", graph_scope="batch"),
-    _v("g2po mean_norm", "g2po", "mode", mode="mean_norm"),
+    _v("g2po mean_norm", "g2po", "normalization", mode="mean_norm"),
     _v("g2po raw-key", "g2po", "g2po state key", "raw"),
     *(_v(f"g2po w={w:.1f}", "g2po", "w", step_weight=w) for w in W_GRID if w != 1.0),
+    _v("hgpo mean_norm", "hgpo", "normalization", mode="mean_norm"),
+    _v("hgpo +episode", "hgpo", "step weight", episode_term=True),
+    _v("graphgpo mean_norm", "graphgpo", "normalization", normalization="mean_norm"),
     _v("ppo", "ppo"),
     _v("ppo turn_gae", "ppo", "ppo convention", convention="turn_gae"),
 )
