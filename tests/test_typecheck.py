@@ -43,6 +43,7 @@ def _copy_checkout(dest: Path) -> Path:
     for name in ("setup.py", "pyproject.toml"):
         shutil.copyfile(ROOT / name, dest / name)
     for folder in typecheck.package_folders(ROOT).values():
+        (dest / folder).mkdir(parents=True, exist_ok=True)
         for f in (ROOT / folder).rglob("*.py"):
             out = dest / f.relative_to(ROOT)
             out.parent.mkdir(parents=True, exist_ok=True)
