@@ -76,7 +76,9 @@ def figure_skip_reason(name: str) -> str | None:
     return _SKIP.get(name)
 
 
-def _skip(name: str, reason: str) -> None:
+def _skip(name: str, reason: str) -> Path | None:
+    """Record why figure ``name`` drew nothing; returns None, what a figure function returns then
+    (typed as the figure functions' result, so ``return _skip(...)`` type-checks)."""
     _SKIP[name] = reason
     return None
 

@@ -168,42 +168,11 @@ def run_baseline(cfg: RunConfig, b: BaselineConfig, *, console=None, policy: Pol
         say(f"starting the environment workers; run folder {run.root}")
         with EnvPool(bench, cfg.env, cfg.env.num_workers) as pool:
             say(f"playing {len(panel)} task(s)")
-            if b.name == "direct":
-                ev = run_direct(metered, pool, bench, panel, history_length=cfg.env.history_length, **common)
-            elif b.name == "react":
-                ev = run_react(metered, pool, cfg.env.name, panel, examples=examples,
-                               prompt_options=prompt_options, on_episode=on_episode, on_step=on_step, **common)
-            else:
-                ev = run_reflexion(metered, pool, cfg.env.name, panel, examples=examples,
-                                   prompt_options=prompt_options, max_trials=b.max_trials,
-                                   max_reflections=b.max_reflections, reflection_tokens=b.reflection_tokens,
-                                   on_episode=on_episode, on_step=on_step,
-                                   on_reflection=lambda r: append_jsonl(run.root / "reflections.jsonl", r),
-                                   **common)
-        stats = metered.stats()
-        ev.update({"tokens_per_second": stats["response_tokens_per_second"],
-                   "response_tokens": stats["response_tokens"], "prompt_tokens": stats["prompt_tokens"],
-                   "generation_seconds": stats["generation_seconds"],
-                   "truncated_prompts": int(getattr(metered, "truncated_prompts", 0) or 0),
-                   "wall_seconds": round(time.perf_counter() - start, 2)})
-        atomic_write_json(run.root / "policy.json", {
-            "policy": metered.describe(),
-            "sampling": {"temperature": cfg.eval.temperature, "top_p": 1.0, "max_new_tokens": max_new,
-                         "reflection_tokens": b.reflection_tokens if b.name == "reflexion" else None,
-                         "stop": stop_strings(cfg.env.name) if b.name != "direct" else None,
-                         "prompt_style": b.prompt_style},
-            "seed": seed, "config_seed": cfg.seed,
-            "seed_rule": ("evaluate(): seed + batch start, step t samples with seed*1000+t" if b.name == "direct"
-                          else "step t of trial k samples with seed*1000 + 100000*k + t; reflections after trial k "
-                               "with seed*1000 + 100000*k + 999"),
-            "throughput": stats, "calls": metered.calls,
-        })
-        atomic_write_json(run.eval_path, {
-            "env": cfg.env.name, "panel": panel_ids, "baseline": b.name, "model": _model_name(cfg, b),
-            "history": [ev], "before": ev, "final": ev, "best": ev,
-            "few_shot": {k: [t.task_id for t in v] for k, v in examples.items()}, "few_shot_split": ex_split,
-            "throughput": stats,
-        })
+            ev = _play_panel(cfg, b, metered, pool, bench, panel, examples=examples, common=common,
+                             prompt_options=prompt_options, on_episode=on_episode, on_step=on_step,
+                             reflections_path=run.root / "reflections.jsonl")
+        _write_records(run, cfg, b, ev, metered, start=start, seed=seed,
+                       max_new=max_new, panel_ids=panel_ids, examples=examples, ex_split=ex_split)
         run.write_status("done", 0, 0)
         config = baseline_run_dict(cfg, b)
         track_evaluation(run.root, cfg.logging, name=run.run_id, ev=ev, step=0, config=config, kind="baseline",
@@ -223,6 +192,58 @@ def run_baseline(cfg: RunConfig, b: BaselineConfig, *, console=None, policy: Pol
                       f"(score {ev['score']:.1f}); per type {ev['per_task_type']}{extra}; "
                       f"{ev['tokens_per_second']:.1f} tok/s")
     return run.root
+
+
+def _play_panel(cfg: RunConfig, b: BaselineConfig, metered: MeteredPolicy, pool: EnvPool, bench, panel: list,
+                *, examples: dict[str, list[Transcript]], common: dict[str, Any], prompt_options: dict[str, Any],
+                on_episode, on_step, reflections_path: Path) -> dict[str, Any]:
+    """Play the evaluation ``panel`` with baseline ``b.name`` (``direct``, ``react`` or
+    ``reflexion``; ``common``: the keyword arguments they share) and return its EVAL record;
+    Reflexion appends each reflection to ``reflections_path``."""
+    if b.name == "direct":
+        return run_direct(metered, pool, bench, panel, history_length=cfg.env.history_length, **common)
+    if b.name == "react":
+        return run_react(metered, pool, cfg.env.name, panel, examples=examples,
+                         prompt_options=prompt_options, on_episode=on_episode, on_step=on_step, **common)
+    return run_reflexion(metered, pool, cfg.env.name, panel, examples=examples,
+                         prompt_options=prompt_options, max_trials=b.max_trials,
+                         max_reflections=b.max_reflections, reflection_tokens=b.reflection_tokens,
+                         on_episode=on_episode, on_step=on_step,
+                         on_reflection=lambda r: append_jsonl(reflections_path, r),
+                         **common)
+
+
+def _write_records(run: RunDir, cfg: RunConfig, b: BaselineConfig, ev: dict[str, Any], metered: MeteredPolicy, *,
+                   start: float, seed: int, max_new: int, panel_ids: list[str],
+                   examples: dict[str, list[Transcript]], ex_split: str | None) -> None:
+    """Add the policy's throughput and the seconds since ``start`` (``time.perf_counter``) to the
+    EVAL record ``ev`` (in place), then write ``policy.json`` (the policy, its sampling settings,
+    seeds and calls) and the run's EVAL file (the panel, ``ev`` as every entry, the few-shot
+    examples' task ids)."""
+    stats = metered.stats()
+    ev.update({"tokens_per_second": stats["response_tokens_per_second"],
+               "response_tokens": stats["response_tokens"], "prompt_tokens": stats["prompt_tokens"],
+               "generation_seconds": stats["generation_seconds"],
+               "truncated_prompts": int(getattr(metered, "truncated_prompts", 0) or 0),
+               "wall_seconds": round(time.perf_counter() - start, 2)})
+    atomic_write_json(run.root / "policy.json", {
+        "policy": metered.describe(),
+        "sampling": {"temperature": cfg.eval.temperature, "top_p": 1.0, "max_new_tokens": max_new,
+                     "reflection_tokens": b.reflection_tokens if b.name == "reflexion" else None,
+                     "stop": stop_strings(cfg.env.name) if b.name != "direct" else None,
+                     "prompt_style": b.prompt_style},
+        "seed": seed, "config_seed": cfg.seed,
+        "seed_rule": ("evaluate(): seed + batch start, step t samples with seed*1000+t" if b.name == "direct"
+                      else "step t of trial k samples with seed*1000 + 100000*k + t; reflections after trial k "
+                           "with seed*1000 + 100000*k + 999"),
+        "throughput": stats, "calls": metered.calls,
+    })
+    atomic_write_json(run.eval_path, {
+        "env": cfg.env.name, "panel": panel_ids, "baseline": b.name, "model": _model_name(cfg, b),
+        "history": [ev], "before": ev, "final": ev, "best": ev,
+        "few_shot": {k: [t.task_id for t in v] for k, v in examples.items()}, "few_shot_split": ex_split,
+        "throughput": stats,
+    })
 
 
 def run_baseline_cli(config_file: str | None, overrides: list[str] | None, *, preset: str | None = None,

@@ -338,7 +338,7 @@ class LockStepDriver:
                                         top_p=s.top_p, seed=self.step_seed(t))
         else:
             gens = self.policy.generate(prompts, temperature=s.temperature, max_new_tokens=s.max_new_tokens,
-                                        top_p=s.top_p, seed=None, seeds=seeds)
+                                        top_p=s.top_p, seed=None, seeds=seeds)  # type: ignore[call-arg]  # Policy's optional capability (CreditHooks checks supports_sample_seeds)
         self.timing["generate_s"] += time.perf_counter() - t0
         readings = [self.agent.read(g.text) for g in gens]
         t0 = time.perf_counter()

@@ -64,6 +64,7 @@ from g2po_bench.core.errors import (
     DataDownloadError,
     EnvironmentSetupError,
     MissingDependencyError,
+    RunFolderError,
 )
 from g2po_bench.core.tracking import TrackingError
 from g2po_bench.runconfig import load_config
@@ -287,6 +288,8 @@ def _error_kind(exc: BaseException) -> str:
         return "setup error"
     if isinstance(exc, CheckpointError):
         return "checkpoint error"
+    if isinstance(exc, RunFolderError):
+        return "run folder error"
     return "data error"
 
 

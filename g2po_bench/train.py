@@ -7,11 +7,15 @@ OpenRLHF stack is never needed for local runs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
 
 from g2po_bench.algorithms.backends.common import evaluate_panel
+from g2po_bench.algorithms.backends.loop import run_folder
+from g2po_bench.algorithms.backends.openrlhf import require_stack
+from g2po_bench.algorithms.backends.openrlhf.cluster import read_allocation
 from g2po_bench.algorithms.backends.progress import format_rate_ci
 from g2po_bench.benchmarks.evaluation import select_panel
 from g2po_bench.benchmarks.registry import get_benchmark
@@ -28,6 +32,7 @@ from g2po_bench.core.config import (
 )
 from g2po_bench.core.errors import CheckpointError, MissingDependencyError
 from g2po_bench.core.rundir import RunDir, atomic_write_json, atomic_write_text, code_version
+from g2po_bench.core.runlock import RunLock
 from g2po_bench.core.tracking import run_info, track_evaluation
 from g2po_bench.runconfig import load_config
 from g2po_bench.runtime.workers import EnvPool
@@ -130,10 +135,33 @@ def run_train(cfg: RunConfig, console=None, pictures=None) -> RunDir:
         CheckpointError: a resume of a run none of whose checkpoints is intact (:func:`check_resume`).
         MissingDependencyError: ``backend=openrlhf`` without OpenRLHF and its GPU stack (an
             ``ImportError``; the message says how to install them).
+        RunFolderBusy: another process holds the run folder (a ``g2po train`` or sweep job of the
+            same run id); refused before any work, naming the run and that process.
+        RunFolderLost: the run folder was replaced while this process trained it; it wrote nothing
+            more into it.
         ValueError/RuntimeError from the backend; the run's ``status.json`` says ``failed``.
     """
-    check_fresh_run_folder(cfg)
-    check_resume(cfg)
+    if cfg.backend == "openrlhf":
+        require_stack()  # a missing GPU stack is one line, and nothing is written
+    # one process per run folder (docs/run-folder.md): held from before the checks to the end
+    with _hold_run_folder(cfg):
+        check_fresh_run_folder(cfg)
+        check_resume(cfg)
+        return _train_with_backend(cfg, console, pictures)
+
+
+def _hold_run_folder(cfg: RunConfig):
+    """The lock on the run folder (:class:`g2po_bench.core.runlock.RunLock`) for the process that
+    trains it: every process but the ranks > 0 of a multi-node OpenRLHF job, which only lend their
+    GPUs to the head's Ray cluster."""
+    if cfg.backend == "openrlhf":
+        alloc = read_allocation()
+        if alloc.multi_node and not alloc.is_head:
+            return contextlib.nullcontext()
+    return RunLock.acquire(run_folder(cfg))
+
+
+def _train_with_backend(cfg: RunConfig, console, pictures) -> RunDir:
     if cfg.backend == "local":
         # lazy: the local trainer loads torch and transformers (about 5 s); commands that only
         # check a config or a run folder must not wait for them

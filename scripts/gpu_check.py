@@ -6,8 +6,8 @@ hidden 1536, 12 attention heads, 2 KV heads, intermediate 8960, vocabulary 15193
 embeddings, RoPE theta 1e6; 1.54 B parameters) and a byte-level BPE tokenizer trained locally
 (a deliberately small vocabulary, so ALFWorld prompts are long in tokens; the mean prompt
 length and the count of prompts truncated at 2048 tokens are printed), then
-runs ``train.iterations`` (2) iterations of the local backend (``g2po train``'s own
-``LocalTrainer``) on ALFWorld games generated offline from the ``alfworld`` wheel, at the
+runs ``train.iterations`` (2) iterations of the local backend (``g2po train``'s own training
+loop with ``LocalTrainer``) on ALFWorld games generated offline from the ``alfworld`` wheel, at the
 reference batch: 16 tasks x 8 rollouts, prompts up to 2048 tokens, responses up to 512,
 mini-batch 256, micro-batch 8, bf16 autocast over float32 master weights, gradient
 checkpointing, and a small ``env.max_steps`` (2) so that it finishes. Needs only torch and
@@ -156,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from g2po_bench.algorithms.backends.local.trainer import LocalTrainer
+    from g2po_bench.algorithms.backends.loop import TrainingLoop
 
     if a.device == "cuda" and not torch.cuda.is_available():
         _say("no CUDA device visible; run with --device cpu --tiny for the CPU dry run")
@@ -180,15 +181,23 @@ def main(argv: list[str] | None = None) -> int:
     class TimedTrainer(LocalTrainer):
         """LocalTrainer whose phases print a line when they end (no change to what they do)."""
 
-        def _setup_model(self, pool, train_tasks):
+        def _setup_model(self, pool, train_tasks, resume_from):
             t1 = time.time()
-            stats = super()._setup_model(pool, train_tasks)
+            stats = super()._setup_model(pool, train_tasks, resume_from)
             _say(f"phase setup (load policy as float32 master weights, reference copy): {time.time() - t1:.1f} s")
             return stats
 
-        def _evaluate(self, pool, panel, iteration):
+        def save(self, staging, iteration, trainer_state):
             t1 = time.time()
-            ev = super()._evaluate(pool, panel, iteration)
+            super().save(staging, iteration, trainer_state)
+            _say(f"phase checkpoint (iteration {iteration}): {time.time() - t1:.1f} s")
+
+    class TimedLoop(TrainingLoop):
+        """The training loop whose evaluations and iterations print lines when they end."""
+
+        def evaluate(self, pool, panel, iteration):
+            t1 = time.time()
+            ev = super().evaluate(pool, panel, iteration)
             _say(f"phase eval (iteration {iteration}, {ev['num_episodes']} episode(s)): {time.time() - t1:.1f} s")
             return ev
 
@@ -198,14 +207,9 @@ def main(argv: list[str] | None = None) -> int:
             _print_iteration(rec)
             return rec
 
-        def _write_checkpoint(self, staging, it, trainer_state):
-            t1 = time.time()
-            super()._write_checkpoint(staging, it, trainer_state)
-            _say(f"phase checkpoint (iteration {it}): {time.time() - t1:.1f} s")
-
     t0 = time.time()
     _say(f"games: ALFWorld generated offline into {cfg.env.generated_dir} (reused when present)")
-    run = TimedTrainer(cfg).run_training()
+    run = TimedLoop(cfg, TimedTrainer(cfg)).run()
     _say(f"phase training run (setup, evaluations, {len(records)} iterations, checkpoint): {time.time() - t0:.1f} s")
     if a.device == "cuda":
         _say(f"peak GPU memory allocated over the run: {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB "

@@ -33,7 +33,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-PHASES = (("rollout_s", "generation"), ("logprob_s", "ref+old log-probs"), ("adv_s", "advantages"),
+# adv_s: the seconds from the rollouts to the update (the model forwards of logprob_s and the estimator)
+PHASES = (("rollout_s", "generation"), ("logprob_s", "ref+old log-probs"), ("adv_s", "log-probs+advantages"),
           ("update_s", "update"), ("sync_s", "weight sync"), ("iter_s", "iteration"))
 
 

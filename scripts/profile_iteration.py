@@ -2,8 +2,8 @@
 evaluations run unprofiled).
 
 Runs ``g2po train`` with the given overrides under :mod:`cProfile` switched on only inside
-``LocalTrainer._iteration``, writes the profile and prints the functions with the most time
-(own time, and cumulative time of the project's own functions). To see what a CPU's kernel set
+``TrainingLoop._iteration`` (:mod:`g2po_bench.algorithms.backends.loop`), writes the profile and
+prints the functions with the most time (own time, and cumulative time of the project's own functions). To see what a CPU's kernel set
 costs, run it twice with and without ``ATEN_CPU_CAPABILITY`` (e.g. ``avx2`` on an AVX-512 machine)
 on an otherwise idle machine: on a loaded one the timings of the two runs are not comparable.
 
@@ -34,11 +34,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--top", type=int, default=25, help="functions to print")
     args = p.parse_args(own)
 
-    from g2po_bench.algorithms.backends.local import trainer as local_trainer
+    from g2po_bench.algorithms.backends.loop import TrainingLoop
     from g2po_bench.cli import main as g2po_main
 
     profile = cProfile.Profile()
-    iteration = local_trainer.LocalTrainer._iteration
+    iteration = TrainingLoop._iteration
 
     def profiled(self, *a, **k):
         profile.enable()
@@ -47,11 +47,11 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             profile.disable()
 
-    local_trainer.LocalTrainer._iteration = profiled
+    TrainingLoop._iteration = profiled
     try:
         rc = g2po_main(["train", *train_args])
     finally:
-        local_trainer.LocalTrainer._iteration = iteration
+        TrainingLoop._iteration = iteration
     profile.dump_stats(args.out)
     for order, pattern in (("tottime", None), ("cumulative", "g2po_bench|algorithms|benchmarks")):
         s = io.StringIO()

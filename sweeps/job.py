@@ -6,7 +6,10 @@ executor: one job per concurrency slot). For each run it
 
 1. skips it if ``status.json`` already says ``done``;
 2. claims it (:mod:`g2po_bench.sweeps.claims`): if a live job holds the claim the run is skipped, so two
-   launches of the same spec never train a configuration twice;
+   launches of the same spec never train a configuration twice; then locks its run folder
+   (:class:`g2po_bench.core.runlock.RunLock`, held to the end): a run another process trains
+   (e.g. a ``g2po train`` of the same run id) is skipped too, with the holder's process id, and
+   its folder is left as it is;
 3. builds the config from the resolved YAML validated at launch time, with
    ``run_id`` pinned, ``output_dir=<sweep>/runs``, ``resume=true`` and, unless the spec sets
    it, ``logging.group=<sweep name>`` (the trackers of ``logging.backends`` group the sweep's
@@ -80,7 +83,9 @@ import submitit
 import yaml
 from rich.console import Console
 
+from g2po_bench.core.errors import RunFolderBusy
 from g2po_bench.core.rundir import RunDir, append_jsonl, atomic_write_text
+from g2po_bench.core.runlock import RunLock
 from g2po_bench.runconfig import load_config
 from g2po_bench.runtime.shutdown import (
     STOP_SIGNALS,
@@ -199,6 +204,12 @@ def train_one(task: RunTask, console=None) -> dict[str, Any]:
         reason = f"claimed by {describe_owner(holder or {})} ({how})"
         log_event(task.sweep_dir, run_id=task.run_id, event="skipped", reason=reason)
         return {"run_id": task.run_id, "state": "skipped", "reason": reason}
+    try:  # one process per run folder: a `g2po train` of the same run may hold it (docs/run-folder.md)
+        folder = RunLock.acquire(run.root)
+    except RunFolderBusy as exc:
+        claim.release()
+        log_event(task.sweep_dir, run_id=task.run_id, event="skipped", reason=str(exc))
+        return {"run_id": task.run_id, "state": "skipped", "reason": str(exc)}
     try:
         st = run.read_status()  # re-read under the claim: another job may have finished it
         if st and st.get("state") == "done":
@@ -239,6 +250,7 @@ def train_one(task: RunTask, console=None) -> dict[str, Any]:
             log_event(task.sweep_dir, run_id=task.run_id, event="interrupted", reason=type(exc).__name__)
         raise
     finally:
+        folder.release()
         claim.release()
 
 

@@ -308,7 +308,7 @@ def launch(spec: SweepSpec, cluster: str, *, where: list[str] | None = None, dry
             shapes.setdefault(r.resources.key(), []).append(r)
         workdir = os.getcwd()
         pending_debug = []
-        record = {"id": launch_id, "time": time.time(), "cluster": cluster, "host": HOST, "pid": os.getpid(),
+        record: dict[str, Any] = {"id": launch_id, "time": time.time(), "cluster": cluster, "host": HOST, "pid": os.getpid(),
                   "code": code_version(),
                   "spec": str(spec.path), "where": list(where or []), "submitted": [],
                   "skipped": {d.run.run_id: d.reason for d in decisions if d.action == "skip"}}

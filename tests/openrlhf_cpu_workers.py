@@ -1,5 +1,5 @@
 """Test support: the OpenRLHF backend's workers as CPU stand-ins (``tests/openrlhf_standins.py``),
-injected into the trainer: ``OpenRLHFTrainer(cfg, workers=CPUWorkers())``."""
+injected into the trainer: ``train(cfg, workers=CPUWorkers())`` (:mod:`g2po_bench.algorithms.backends.openrlhf.trainer`)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Test support: CPU stand-ins for OpenRLHF's GPU workers, with the same remote interfaces.
 
 :class:`openrlhf_cpu_workers.CPUWorkers` (a :class:`g2po_bench.algorithms.backends.openrlhf.trainer.Workers`,
-injected into ``OpenRLHFTrainer(cfg, workers=CPUWorkers())``) runs the backend's whole orchestration (Ray
+injected into ``train(cfg, workers=CPUWorkers())``) runs the backend's whole orchestration (Ray
 cluster, OpenRLHF ``RayActorGroup`` dispatch, ``RemoteExperienceMaker.make_experience``, the
 suite's rollout engine and advantages, weight sync after each update, checkpoints) with these
 classes in place of OpenRLHF's DeepSpeed and vLLM actors:

@@ -200,20 +200,27 @@ def test_ray_cluster_roles_on_a_multi_node_allocation(monkeypatch):
 
 # ---------------------------------------------------------------------------- advantages
 def test_advantage_path_is_the_shared_one_not_a_copy():
-    """Both trainers compute advantages with the run's bound estimator
-    (:func:`g2po_bench.algorithms.registry.bind_run_estimator`), not with a copy that could drift:
-    each trainer module imports it and nothing else of the registry. (The OpenRLHF trainer's module is read,
-    not imported: importing it needs OpenRLHF.) What can differ between the backends, the
-    conversion of step rows into OpenRLHF experiences and back with the per-step advantages on the
-    action tokens, is tested against the real OpenRLHF package in tests/test_openrlhf_stack.py
-    (test_step_rows_become_openrlhf_experiences_and_back,
+    """Both backends get their advantages from the one training loop
+    (algorithms/backends/loop.py), which calls the run's bound estimator
+    (:func:`g2po_bench.algorithms.registry.bind_run_estimator`), not from a copy that could drift:
+    the loop imports it (and the result type) and nothing else of the registry; the trainer
+    modules import nothing of the registry but the result type, except the OpenRLHF trainer,
+    which also binds it for updates made outside the loop (``StepPPOTrainer.make_experiences``).
+    (The trainers' modules are read, not imported: the OpenRLHF one needs OpenRLHF; that the loop
+    hands the estimator's advantages to the backend's update is tests/test_training_loop.py.) What can
+    differ between the backends, the conversion of step rows into OpenRLHF experiences and back
+    with the per-step advantages on the action tokens, is tested against the real OpenRLHF package
+    in tests/test_openrlhf_stack.py (test_step_rows_become_openrlhf_experiences_and_back,
     test_experience_maker_writes_the_registry_advantages_on_action_tokens)."""
     import ast
 
-    for path in ("algorithms/backends/local/trainer.py", "algorithms/backends/openrlhf/trainer.py"):
+    allowed = {"algorithms/backends/loop.py": {"bind_run_estimator", "AdvantageResult"},
+               "algorithms/backends/local/trainer.py": {"AdvantageResult"},
+               "algorithms/backends/openrlhf/trainer.py": {"bind_run_estimator", "AdvantageResult", "BoundEstimator"}}
+    for path, names in allowed.items():
         tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
         imported = {(n.module, a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
         from_registry = {a for m, a in imported if m and m.startswith("g2po_bench.algorithms.registry")}
-        assert from_registry == {"bind_run_estimator"}, path
+        assert from_registry == names, path
     cfg = load_config(overrides=["algorithm.name=ppo", "env.name=toy", "backend=openrlhf"])
     assert needs_critic(cfg) and not needs_critic(load_config(overrides=["backend=openrlhf"]))

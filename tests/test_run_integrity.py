@@ -27,6 +27,7 @@ import yaml
 from sweep_support import is_timing_key
 
 import g2po_bench.algorithms.backends.local.trainer as local_trainer
+import g2po_bench.algorithms.backends.loop as training_loop
 import g2po_bench.cli as cli
 from g2po_bench.algorithms.backends.lifecycle import RunLifecycle
 from g2po_bench.cli import main
@@ -170,14 +171,14 @@ def test_a_resume_that_ends_before_its_first_iteration_leaves_the_records_untouc
     with open(run / "metrics.jsonl", "a") as fh:
         fh.write(json.dumps(line3) + "\n")
     before = _snapshot(run)
-    real = local_trainer.load_task_splits
+    real = training_loop.load_task_splits
 
     def ends(cfg, bench):
         if how == "stopped":
             raise ShutdownRequested(signal.SIGTERM)
         raise RuntimeError("no games")
 
-    monkeypatch.setattr(local_trainer, "load_task_splits", ends)
+    monkeypatch.setattr(training_loop, "load_task_splits", ends)
     cfg = load_config(run / "config.yaml", [f"output_dir={tmp_path / 'runs'}", "resume=true", "train.iterations=4"])
     with pytest.raises(SystemExit if how == "stopped" else RuntimeError):
         run_train(cfg)
@@ -191,7 +192,7 @@ def test_a_resume_that_ends_before_its_first_iteration_leaves_the_records_untouc
         assert status["state"] == "failed" and status["error"] == "RuntimeError: no games"
 
     # the next resume that trains drops the line past the checkpoint and replays iteration 3
-    monkeypatch.setattr(local_trainer, "load_task_splits", real)
+    monkeypatch.setattr(training_loop, "load_task_splits", real)
     run_train(cfg)
     assert [m["iteration"] for m in read_jsonl(run / "metrics.jsonl")] == [1, 2, 3, 4]
     # iteration 3 replayed: the straight run's (whose last iteration it is: its final evaluation aside)

@@ -234,9 +234,9 @@ def test_kill_9_mid_iteration_then_resume_matches_an_uninterrupted_run(tmp_path,
 def _crashing_rollouts(monkeypatch, iteration: int, times: int) -> list[int]:
     """Make iteration ``iteration``'s rollouts crash ``times`` times: every worker process is
     SIGKILLed just before its rollout starts (all its episodes crash)."""
-    import g2po_bench.algorithms.backends.local.trainer as trainer
+    import g2po_bench.algorithms.backends.loop as loop
 
-    real = trainer.training_rollouts
+    real = loop.training_rollouts
     calls: list[int] = []
 
     def flaky(cfg, policy, pool, bench, tasks, it, **kwargs):
@@ -247,7 +247,7 @@ def _crashing_rollouts(monkeypatch, iteration: int, times: int) -> list[int]:
                 w.process.join(timeout=5)
         return real(cfg, policy, pool, bench, tasks, it, **kwargs)
 
-    monkeypatch.setattr(trainer, "training_rollouts", flaky)
+    monkeypatch.setattr(loop, "training_rollouts", flaky)
     return calls
 
 

@@ -1,7 +1,7 @@
 """What every trainer backend shares, so that the choice of backend changes no result semantics.
 
-- The estimator: every backend calls the run's bound estimator
-  (:func:`g2po_bench.algorithms.registry.bind_run_estimator`, bound once when the trainer starts) with the
+- The estimator: the training loop (:mod:`.loop`, one for every backend) calls the run's bound estimator
+  (:func:`g2po_bench.algorithms.registry.bind_run_estimator`, bound once when the loop is made) with the
   iteration's rollouts and critic values, so one config gives the same per-step advantages for
   the same rollouts, whether trained locally or on OpenRLHF; :func:`needs_critic` says whether
   the trainer trains a critic. Nothing here knows an estimator.

@@ -1,7 +1,8 @@
 """The run lifecycle every trainer backend goes through: the one place a training run's records are written.
 
-A backend (:mod:`.local.trainer`, :mod:`.openrlhf.trainer`) owns its models and its update; a
-:class:`RunLifecycle` owns the rest, the same for every backend:
+The training loop (:mod:`.loop`) holds a :class:`RunLifecycle` and calls it; a backend
+(:mod:`.local.trainer`, :mod:`.openrlhf.trainer`) owns its models and its update and never sees
+it. The lifecycle writes the records, the same for every backend:
 
 - **status** (``status.json``): ``running`` from :meth:`~RunLifecycle.start`, after every
   iteration, ``done`` (:meth:`~RunLifecycle.finish`), ``failed`` with the error
@@ -34,6 +35,11 @@ A backend (:mod:`.local.trainer`, :mod:`.openrlhf.trainer`) owns its models and 
   process exits with ``128 + signal`` or Submitit requeues it;
 - **timing** (``timing.json``): seconds per phase (:class:`.progress.RunProgress`) when the run
   is done;
+- **one writer** (:mod:`g2po_bench.core.runlock`): every record goes through the
+  :class:`~g2po_bench.core.rundir.RunDir`'s writers, which refuse
+  (:class:`~g2po_bench.core.errors.RunFolderLost`) once the folder this process locked was
+  replaced; the failure and the stop paths then write nothing either (:meth:`~RunLifecycle.fail`,
+  :meth:`~RunLifecycle.stop_on_signal`);
 - **step tables** (``steps/iter_<K>.parquet``, ``record_graphs``): :meth:`~RunLifecycle.record_step_table`;
 - **tracking** (``logging.backends``, :mod:`g2po_bench.core.tracking`): console lines as they
   come; TensorBoard and W&B receive each iteration once it is checkpointed (and the evaluation
@@ -69,7 +75,7 @@ from g2po_bench.algorithms.backends.progress import RunProgress
 from g2po_bench.core.checkpoints import CorruptCheckpointWarning
 from g2po_bench.core.config import config_to_dict, config_to_yaml, resolve_run_id
 from g2po_bench.core.errors import CheckpointError
-from g2po_bench.core.rundir import RunDir, atomic_write_json, atomic_write_text
+from g2po_bench.core.rundir import RunDir
 from g2po_bench.core.tracking import RunPictures, Tracker, run_info, run_steps
 from g2po_bench.runtime.shutdown import GracefulShutdown, ShutdownRequested
 
@@ -183,19 +189,19 @@ class RunLifecycle:
         checkpoint writes only the status (``running`` at the checkpoint's iteration): the run's
         ``config.yaml`` is rewritten once the resumed run starts training (:meth:`begin_training`)."""
         if self.resume_from is None:
-            atomic_write_text(self.run.config_path, config_to_yaml(self.cfg))
+            self.run.write_text(self.run.config_path.name, config_to_yaml(self.cfg))
         self.run.write_status("running", self.checkpoint_iteration or 0, self.total)
 
     def write_setup(self, stats: dict[str, Any], t0: float) -> None:
         """``setup.json``: the warm start's figures and the seconds since ``t0`` (nothing when empty)."""
         if stats:
-            atomic_write_json(self.run.root / "setup.json", {**stats, "setup_seconds": time.time() - t0})
+            self.run.write_json("setup.json", {**stats, "setup_seconds": time.time() - t0})
 
     def fresh_start(self) -> None:
         """No checkpoint to resume (the backend starts the run from its beginning): drop what an
         earlier attempt of this run may have logged before its first checkpoint."""
         if self.resume_from is not None:  # a backend that cannot use the checkpoint found starts over
-            atomic_write_text(self.run.config_path, config_to_yaml(self.cfg))
+            self.run.write_text(self.run.config_path.name, config_to_yaml(self.cfg))
         self.resume_from = self.checkpoint_iteration = None
         self._committed = True
         self.run.truncate_metrics(0)
@@ -212,7 +218,7 @@ class RunLifecycle:
             self.run.truncate_metrics(it)
             if self.eval_history:
                 self.write_eval()
-            atomic_write_text(self.run.config_path, config_to_yaml(self.cfg))
+            self.run.write_text(self.run.config_path.name, config_to_yaml(self.cfg))
             self.run.write_status("running", it, self.total)
         self._committed = True
         self.tracker = self._open_tracker(fresh=not resumed)
@@ -234,13 +240,16 @@ class RunLifecycle:
                    if self.eval_history else None)
         for line in self.progress.summary_lines(summary):
             self.log(line)
-        atomic_write_json(self.run.root / "timing.json", {"seconds": self.progress.seconds, **timing})
+        self.run.write_json("timing.json", {"seconds": self.progress.seconds, **timing})
         self._close_tracker("done")
         return self.run
 
     def fail(self, exc: BaseException) -> None:
         """``status.json`` ``failed`` with ``exc`` (its iteration: the last one recorded, or before
-        training started the checkpoint's); trackers closed as failed."""
+        training started the checkpoint's); trackers closed as failed. Nothing is written when
+        the folder this process locked was replaced (:meth:`~g2po_bench.core.rundir.RunDir.owned`)."""
+        if not self.run.owned():
+            return
         done = self.start_iteration - 1 if self._training else (self.checkpoint_iteration or 0)
         self.run.write_status("failed", done, self.total, error=f"{type(exc).__name__}: {exc}")
         self._close_tracker("failed")
@@ -290,7 +299,7 @@ class RunLifecycle:
         """Checkpoint the state at the end of the last complete iteration when it is not the
         checkpoint's yet (restoring the captured state first); nothing while an update is under
         way or before RL started."""
-        if self._clean is None:
+        if self._clean is None or not self.run.owned():
             return
         it, state = self._clean
         if it <= (self.checkpoint_iteration if self.checkpoint_iteration is not None else -1):
@@ -303,8 +312,14 @@ class RunLifecycle:
     def stop_on_signal(self, signum: int) -> str:
         """After a stop request: keep only checkpointed iterations in ``metrics.jsonl`` (a resume
         stopped before it started training leaves the records as they are), write ``status.json``
-        ``interrupted``, close the trackers; returns the one-line reason (also in the status)."""
+        ``interrupted``, close the trackers; returns the one-line reason (also in the status). When
+        the folder this process locked was replaced, nothing is written and the reason says so."""
         name = signal.Signals(signum).name
+        if not self.run.owned():
+            msg = (f"interrupted by {name}; the run folder {self.run.root} was replaced meanwhile, so this "
+                   "process wrote nothing more into it")
+            self.log(msg)
+            return msg
         total = self.total
         in_flight = self.start_iteration
         done = self.checkpoint_iteration
@@ -357,6 +372,7 @@ class RunLifecycle:
     def record_step_table(self, rb, res, iteration: int, values=None) -> dict[str, float]:
         """Iteration ``iteration``'s step table (``record_graphs``;
         :func:`g2po_bench.algorithms.backends.common.record_step_table`); returns its metrics."""
+        self.run.ensure_owned()
         return _record_step_table(self.run.root, self.cfg, rb, res, iteration, values)
 
     # ------------------------------------------------------------------ evaluations
@@ -375,14 +391,20 @@ class RunLifecycle:
 
     def write_eval(self) -> None:
         """``eval.json`` from the evaluations so far."""
-        atomic_write_json(self.run.eval_path, eval_record(self.cfg, self.eval_history, self.train_temperature_evals))
+        self.run.write_json(self.run.eval_path.name,
+                            eval_record(self.cfg, self.eval_history, self.train_temperature_evals))
 
     # ------------------------------------------------------------------ checkpoints
     def trainer_state(self, iteration: int) -> dict[str, Any]:
-        """What ``trainer_state.json`` holds for a checkpoint of ``iteration``."""
-        return {"iteration": iteration, "eval_history": self.eval_history,
-                "train_temperature_evals": self.train_temperature_evals,
-                "elapsed_s": time.time() - self.metrics_t0}
+        """What ``trainer_state.json`` holds for a checkpoint of ``iteration``: the iteration, the
+        evaluations, the elapsed seconds and, when the run warned about something once
+        (``status.json`` ``warnings``), ``warnings`` (so that a resumed run keeps them)."""
+        state = {"iteration": iteration, "eval_history": self.eval_history,
+                 "train_temperature_evals": self.train_temperature_evals,
+                 "elapsed_s": time.time() - self.metrics_t0}
+        if self.run.warnings:
+            state["warnings"] = self.run.warnings
+        return state
 
     def save_checkpoint(self, iteration: int) -> None:
         """Write ``checkpoints/latest`` for ``iteration``: a staging folder filled by the backend's
@@ -396,6 +418,7 @@ class RunLifecycle:
         """
         if self.write_checkpoint is None:
             raise RuntimeError("RunLifecycle.write_checkpoint is not set: the backend must give its writer")
+        self.run.ensure_owned()
         target = self.run.checkpoint_dir
         staging = target.with_name(f".latest.{os.getpid()}.tmp")
         # this process's staging folder, and those of attempts killed while they wrote one (one
@@ -415,10 +438,11 @@ class RunLifecycle:
 
     def resume(self, state: dict[str, Any]) -> int:
         """Continue from a checkpoint's trainer state (``iteration``, ``eval_history``,
-        ``train_temperature_evals``, ``elapsed_s``). Nothing is written yet: the records follow
-        when the resumed run starts training (:meth:`begin_training`). Returns the checkpoint's
-        iteration."""
+        ``train_temperature_evals``, ``elapsed_s``, ``warnings``). Nothing is written yet: the
+        records follow when the resumed run starts training (:meth:`begin_training`). Returns the
+        checkpoint's iteration."""
         it = int(state["iteration"])
+        self.run.warnings = dict(state.get("warnings") or {})
         self.start_iteration = it + 1
         self.checkpoint_iteration = it
         self.eval_history = list(state.get("eval_history", []))
@@ -448,6 +472,7 @@ class RunLifecycle:
         tr = self.tracker
         if tr is None:
             return
+        self.run.ensure_owned()  # the trackers write into the run folder too
         evals = {"history": self.eval_history, "at_train_temperature": self.train_temperature_evals}
         for s, scalars in run_steps(self._unpublished.values(), evals).items():
             if tr.published_step < s <= up_to:
@@ -475,6 +500,6 @@ class RunLifecycle:
         return out
 
     def _close_tracker(self, state: str) -> None:
-        if self.tracker is not None:
+        if self.tracker is not None and self.run.owned():
             self.tracker.close(state)
             self.tracker = None

@@ -13,7 +13,10 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 __all__ = ["RunProgress", "PhaseHandle", "format_rate_ci"]
 
@@ -66,7 +69,7 @@ class RunProgress:
         self.heartbeat_s = heartbeat_s
         self.live = self.enabled and bool(getattr(console, "is_terminal", False))
         self.seconds: dict[str, float] = {}
-        self._bar = None
+        self._bar: Progress | None = None
 
     def log(self, msg: str) -> None:
         """Print one line (above the bar on a terminal)."""

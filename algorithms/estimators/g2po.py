@@ -95,7 +95,7 @@ import numpy as np
 
 from g2po_bench.algorithms import _rowwise as rw
 from g2po_bench.algorithms._graph import graph_diagnostics, successor_ids
-from g2po_bench.algorithms._prep import prepare
+from g2po_bench.algorithms._prep import Prepared, prepare
 from g2po_bench.algorithms.estimators.grpo import EPISODE_STATS, episode_advantage
 from g2po_bench.algorithms.normalize import (
     EPS,
@@ -285,14 +285,7 @@ def g2po(
     )
     agg = effective_aggregation(components, aggregation)
 
-    # nodes
-    kid, num_keys = factorize(prep.state_key)
-    if graph_scope == "group":
-        node, num_nodes = factorize_pairs(prep.group, prep.num_groups, kid, num_keys)
-    elif graph_scope == "batch":
-        node, num_nodes = kid, num_keys
-    else:
-        raise ValueError(f"unknown graph_scope {graph_scope!r}; choose one of {GRAPH_SCOPES}")
+    node, num_nodes = _nodes(prep, graph_scope)
 
     # per-visit discounted episode return and group-aggregation value
     v = np.power(gamma, (prep.length - prep.step).astype(np.float64)) * prep.episode_return
@@ -311,48 +304,13 @@ def g2po(
 
     # node-centric term
     x = succ_val - invalid_penalty * prep.invalid
-    if node_reference_set == "visits":
-        a_nc = group_normalize(x, node, num_nodes, mode, eps=eps, singleton="zero")
-    elif node_reference_set == "successors":
-        pair, num_pairs = factorize_pairs(node, num_nodes, succ, num_nodes + 2)
-        pair_node = np.zeros(num_pairs, dtype=np.int64)
-        pair_node[pair] = node
-        if agg:
-            pair_succ = np.zeros(num_pairs, dtype=np.int64)
-            pair_succ[pair] = succ
-            u = value[pair_succ]
-        else:
-            u = np.bincount(pair, weights=succ_val, minlength=num_pairs) / np.bincount(
-                pair, minlength=num_pairs
-            )
-        stats = segment_stats(u, pair_node, num_nodes)
-        a_nc = apply_normalization(x, node, stats, mode, eps=eps, singleton="zero")
-    else:
-        raise ValueError(
-            f"unknown node_reference_set {node_reference_set!r}; choose one of {NODE_REFERENCE_SETS}"
-        )
-
+    a_nc = _node_centric(x, node, num_nodes, succ, succ_val, value, agg=agg,
+                         node_reference_set=node_reference_set, mode=mode, eps=eps)
     # edge-centric term
     delta = succ_val - cur_val
-    if edge_norm_scope == "group":
-        a_ec = group_normalize(delta, prep.group, prep.num_groups, mode, eps=eps)
-    elif edge_norm_scope == "batch":
-        a_ec = group_normalize(delta, np.zeros(n, dtype=np.int64), 1, mode, eps=eps)
-    elif edge_norm_scope == "node":
-        a_ec = group_normalize(delta, node, num_nodes, mode, eps=eps)
-    else:
-        raise ValueError(
-            f"unknown edge_norm_scope {edge_norm_scope!r}; choose one of {EDGE_NORM_SCOPES}"
-        )
+    a_ec = _edge_centric(delta, prep, node, num_nodes, edge_norm_scope=edge_norm_scope, mode=mode, eps=eps)
 
-    if components == "ep":
-        step_term = np.zeros(n)
-    elif components in ("ep+nc", "ep+nc+agg"):
-        step_term = a_nc
-    elif components == "full":
-        step_term = a_nc + a_ec
-    else:
-        raise ValueError(f"unknown components {components!r}; choose one of {COMPONENTS}")
+    step_term = _step_term(components, a_nc, a_ec, n)
     adv = a_ep + step_weight * step_term
 
     diag = graph_diagnostics(
@@ -380,3 +338,99 @@ def g2po(
         diagnostics=diag,
         row_terms={k: prep.to_original(x) for k, x in terms.items()},
     )
+
+
+def _nodes(prep: Prepared, graph_scope: str) -> tuple[np.ndarray, int]:
+    """The state-graph node of every row, (B,) int64 dense ids, and the number of nodes: a node is
+    a state key within its group (``graph_scope="group"``) or across the batch (``"batch"``).
+
+    Raises:
+        ValueError: an unknown ``graph_scope``.
+    """
+    kid, num_keys = factorize(prep.state_key)
+    if graph_scope == "group":
+        return factorize_pairs(prep.group, prep.num_groups, kid, num_keys)
+    if graph_scope == "batch":
+        return kid, num_keys
+    raise ValueError(f"unknown graph_scope {graph_scope!r}; choose one of {GRAPH_SCOPES}")
+
+
+def _node_centric(
+    x: np.ndarray,
+    node: np.ndarray,
+    num_nodes: int,
+    succ: np.ndarray,
+    succ_val: np.ndarray,
+    value: np.ndarray,
+    *,
+    agg: bool,
+    node_reference_set: str,
+    mode: str,
+    eps: float,
+) -> np.ndarray:
+    """The node-centric term A^NC, (B,) float64: ``x`` (successor value minus the invalid-action
+    penalty) normalized within its node, against the node's visits (``node_reference_set=
+    "visits"``) or against one value per distinct successor of the node (``"successors"``: the
+    successor node's value ``value[succ]`` with ``agg``, else the mean of its visits' ``succ_val``);
+    singleton nodes get 0. ``succ`` indexes ``value`` (nodes, then terminal success and failure).
+
+    Raises:
+        ValueError: an unknown ``node_reference_set``.
+    """
+    if node_reference_set == "visits":
+        return group_normalize(x, node, num_nodes, mode, eps=eps, singleton="zero")
+    if node_reference_set == "successors":
+        pair, num_pairs = factorize_pairs(node, num_nodes, succ, num_nodes + 2)
+        pair_node = np.zeros(num_pairs, dtype=np.int64)
+        pair_node[pair] = node
+        if agg:
+            pair_succ = np.zeros(num_pairs, dtype=np.int64)
+            pair_succ[pair] = succ
+            u = value[pair_succ]
+        else:
+            u = np.bincount(pair, weights=succ_val, minlength=num_pairs) / np.bincount(
+                pair, minlength=num_pairs
+            )
+        stats = segment_stats(u, pair_node, num_nodes)
+        return apply_normalization(x, node, stats, mode, eps=eps, singleton="zero")
+    raise ValueError(
+        f"unknown node_reference_set {node_reference_set!r}; choose one of {NODE_REFERENCE_SETS}"
+    )
+
+
+def _edge_centric(
+    delta: np.ndarray, prep: Prepared, node: np.ndarray, num_nodes: int, *, edge_norm_scope: str, mode: str,
+    eps: float,
+) -> np.ndarray:
+    """The edge-centric term A^EC, (B,) float64: the TD error ``delta`` (successor value minus
+    current value) normalized within the row's group, the whole batch or its node
+    (``edge_norm_scope``).
+
+    Raises:
+        ValueError: an unknown ``edge_norm_scope``.
+    """
+    if edge_norm_scope == "group":
+        return group_normalize(delta, prep.group, prep.num_groups, mode, eps=eps)
+    if edge_norm_scope == "batch":
+        return group_normalize(delta, np.zeros(prep.n, dtype=np.int64), 1, mode, eps=eps)
+    if edge_norm_scope == "node":
+        return group_normalize(delta, node, num_nodes, mode, eps=eps)
+    raise ValueError(
+        f"unknown edge_norm_scope {edge_norm_scope!r}; choose one of {EDGE_NORM_SCOPES}"
+    )
+
+
+def _step_term(components: str, a_nc: np.ndarray, a_ec: np.ndarray, n: int) -> np.ndarray:
+    """The step-level term of the ladder step ``components``, (n,) float64: none (``"ep"``),
+    A^NC (``"ep+nc"``, ``"ep+nc+agg"``) or A^NC + A^EC (``"full"``).
+
+    Raises:
+        ValueError: unknown ``components``.
+    """
+    if components == "ep":
+        return np.zeros(n)
+    if components in ("ep+nc", "ep+nc+agg"):
+        return a_nc
+    if components == "full":
+        return a_nc + a_ec
+    raise ValueError(f"unknown components {components!r}; choose one of {COMPONENTS}")

@@ -173,7 +173,7 @@ def download_alfworld(
         raise DataDownloadError(
             f"the alfworld downloader needs `requests` ({exc}). {_MANUAL}"
         ) from exc
-    script.requests = _RequestsWithTimeout(requests, timeout)
+    script.requests = _RequestsWithTimeout(requests, timeout)  # type: ignore[attr-defined]  # the loaded script's global
     archives = list(urls) if urls is not None else [script.JSON_FILES_URL, script.TW_PDDL_FILES_URL]
     root.mkdir(parents=True, exist_ok=True)
     fetched: list[dict[str, str]] = []

@@ -204,17 +204,32 @@ def install_caches() -> None:
     if _ORIGINALS:
         return
     import fast_downward
+    import fast_downward.interface as fd_interface
     import textworld.envs.pddl.logic as pddl_logic
     import textworld.envs.pddl.textgen as textgen
     import textworld.logic as tw_logic
 
-    orig_sas = fast_downward.pddl2sas
-    orig_parse = textgen._parse_and_convert
-    orig_logic_parse = pddl_logic._parse_and_convert
-    orig_query_parse = tw_logic._parse_and_convert
-    orig_copy_context = textgen.copy_context
-    parse_cache: OrderedDict[tuple[str, Any], Any] = OrderedDict()
-    query_cache: OrderedDict[str, list[Any]] = OrderedDict()
+    _ORIGINALS.update(
+        load_lib=fast_downward.load_lib,
+        lib_path=fd_interface.DOWNWARD_LIB_PATH,
+        pddl2sas=fast_downward.pddl2sas,
+        parse=textgen._parse_and_convert,
+        logic_parse=pddl_logic._parse_and_convert,
+        query_parse=tw_logic._parse_and_convert,
+        copy_context=textgen.copy_context,
+    )
+    fd_interface.DOWNWARD_LIB_PATH = light_downward_lib(fd_interface.DOWNWARD_LIB_PATH) or fd_interface.DOWNWARD_LIB_PATH
+    fast_downward.pddl2sas = _memoized_pddl2sas(_ORIGINALS["pddl2sas"])
+    fast_downward.load_lib = _reusing_load_lib(_ORIGINALS["load_lib"])
+    textgen._parse_and_convert = _memoized_snippet_parse(_ORIGINALS["parse"])
+    pddl_logic._parse_and_convert = _memoized_grammar_parse(_ORIGINALS["logic_parse"])
+    tw_logic._parse_and_convert = _memoized_query_parse(_ORIGINALS["query_parse"])
+    textgen.copy_context = _shallow_copy_context
+
+
+def _memoized_pddl2sas(orig_sas):
+    """``fast_downward.pddl2sas`` memoized in :data:`_SAS_MEMO`, ``sys.argv`` restored after
+    each real call (:func:`install_caches`)."""
 
     def pddl2sas(domain: str, problem: str, verbose: bool = False, optimize: bool = False):
         key = (_digest(domain), _digest(problem), bool(optimize))
@@ -230,6 +245,14 @@ def install_caches() -> None:
         _remember(_SAS_MEMO, key, result)
         return result
 
+    return pddl2sas
+
+
+def _memoized_snippet_parse(orig_parse):
+    """textgen's ``_parse_and_convert`` memoized in an LRU of :data:`PARSE_CACHE_SIZE` trees of its
+    own; a deep copy of the cached tree is returned (:func:`install_caches`)."""
+    parse_cache: OrderedDict[tuple[str, Any], Any] = OrderedDict()
+
     def parse_and_convert(text, rule_name=None, **kwargs):
         if kwargs.get("trace"):
             return orig_parse(text, rule_name=rule_name, **kwargs)
@@ -244,6 +267,13 @@ def install_caches() -> None:
             parse_cache.move_to_end(key)
         return copy.deepcopy(tree)
 
+    return parse_and_convert
+
+
+def _memoized_grammar_parse(orig_logic_parse):
+    """pddl logic's ``_parse_and_convert`` (a game's grammar) memoized in :data:`_GRAMMAR_MEMO`
+    (:func:`install_caches`)."""
+
     def logic_parse_and_convert(text, rule_name=None, **kwargs):
         if kwargs:
             return orig_logic_parse(text, rule_name=rule_name, **kwargs)
@@ -255,6 +285,14 @@ def install_caches() -> None:
         else:
             _GRAMMAR_MEMO.move_to_end(key)
         return hit
+
+    return logic_parse_and_convert
+
+
+def _memoized_query_parse(orig_query_parse):
+    """``textworld.logic._parse_and_convert`` memoized for ``rule_name="conjunctiveQuery"`` only,
+    in an LRU of :data:`PARSE_CACHE_SIZE` lists of its own; a new list is returned (:func:`install_caches`)."""
+    query_cache: OrderedDict[str, list[Any]] = OrderedDict()
 
     def query_parse_and_convert(*args, **kwargs):
         if kwargs.get("rule_name") != "conjunctiveQuery" or len(args) != 1 or len(kwargs) != 1:
@@ -271,38 +309,29 @@ def install_caches() -> None:
             query_cache.move_to_end(args[0])
         return list(hit)
 
-    def copy_context(context):
-        return {
-            "state": context["state"],
-            "facts": context["facts"],
-            "variables": dict(context["variables"]),
-            "mapping": dict(context["mapping"]),
-            "entity_infos": context["entity_infos"],
-        }
+    return query_parse_and_convert
 
-    import fast_downward.interface as fd_interface
 
-    orig_load_lib = fast_downward.load_lib
+def _shallow_copy_context(context):
+    """textgen's ``copy_context`` with the ``variables`` and ``mapping`` dicts copied and their
+    values shared (:func:`install_caches`)."""
+    return {
+        "state": context["state"],
+        "facts": context["facts"],
+        "variables": dict(context["variables"]),
+        "mapping": dict(context["mapping"]),
+        "entity_infos": context["entity_infos"],
+    }
+
+
+def _reusing_load_lib(orig_load_lib):
+    """``fast_downward.load_lib`` taking a library copy a closed engine handed back first
+    (:data:`_FREE_LIBS`; :func:`install_caches`)."""
 
     def load_lib():
         return _FREE_LIBS.pop() if _FREE_LIBS else orig_load_lib()
 
-    _ORIGINALS.update(
-        load_lib=orig_load_lib,
-        lib_path=fd_interface.DOWNWARD_LIB_PATH,
-        pddl2sas=orig_sas,
-        parse=orig_parse,
-        logic_parse=orig_logic_parse,
-        query_parse=orig_query_parse,
-        copy_context=orig_copy_context,
-    )
-    fd_interface.DOWNWARD_LIB_PATH = light_downward_lib(fd_interface.DOWNWARD_LIB_PATH) or fd_interface.DOWNWARD_LIB_PATH
-    fast_downward.pddl2sas = pddl2sas
-    fast_downward.load_lib = load_lib
-    textgen._parse_and_convert = parse_and_convert
-    pddl_logic._parse_and_convert = logic_parse_and_convert
-    tw_logic._parse_and_convert = query_parse_and_convert
-    textgen.copy_context = copy_context
+    return load_lib
 
 
 def light_downward_lib(lib_path: str | os.PathLike[str]) -> str | None:

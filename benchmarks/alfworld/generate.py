@@ -624,17 +624,7 @@ def generate_games(
         ValueError: bad arguments. GenerationError: a game could not be generated.
     """
     types = tuple(task_types or TASK_TYPES)
-    bad = [t for t in types if t not in TASK_TYPES]
-    if bad:
-        raise ValueError(f"unknown ALFWorld task type(s) {bad}; known: {', '.join(TASK_TYPES)}")
-    if num_games < 0:
-        raise ValueError("num_games must be >= 0")
-    if max_receptacles < 2:
-        raise ValueError("max_receptacles must be >= 2")
-    if scenes is None:
-        scenes = "train" if split == "train" else "test"
-    if scenes not in ("train", "test"):
-        raise ValueError(f"scenes must be 'train' or 'test', got {scenes!r}")
+    scenes = _checked_arguments(types, num_games, max_receptacles, split, scenes)
     out_dir = Path(out_dir)
     jobs = [
         (str(out_dir), split, int(seed), k, types[k % len(types)], int(max_receptacles), scenes)
@@ -655,33 +645,72 @@ def generate_games(
             bar.update(1)
             check_stop()
     else:
-        _warm_up(scenes)  # forked workers inherit the parsed assets and grammar caches
-        ex = _pool(n_workers)
-        size = max(1, min(4, len(jobs) // (4 * n_workers)))
-        chunks = iter([jobs[i:i + size] for i in range(0, len(jobs), size)])
-        try:
-            # small chunks, at most 2 per worker submitted at a time: a stop waits only for those
-            # (ProcessPoolExecutor.map would queue every chunk at once, and the workers go on
-            # taking them while this process is slow to look at the first result)
-            in_flight = deque(ex.submit(_generate_chunk, c) for c in islice(chunks, 2 * n_workers))
-            while in_flight:
-                for res in in_flight.popleft().result():
-                    results.append(res)
-                    bar.update(1)
-                check_stop()
-                nxt = next(chunks, None)
-                if nxt is not None:
-                    in_flight.append(ex.submit(_generate_chunk, nxt))
-        except (BrokenProcessPool, KeyboardInterrupt):
-            # the job's signal reached the workers too (a terminal's Ctrl-C, `timeout`, Slurm
-            # signal the whole process group): a stop request, not a generation failure
-            check_stop()
-            raise
-        finally:
-            ex.shutdown(wait=True, cancel_futures=True)
+        _generate_in_pool(jobs, n_workers, scenes, results, bar)
     bar.close()
     wall = time.perf_counter() - t0
     results.sort()
+    _report_stats(results, split, wall, n_workers)
+    return [Path(r[1]) for r in results]
+
+
+def _checked_arguments(types: tuple[str, ...], num_games: int, max_receptacles: int, split: str,
+                       scenes: str | None) -> str:
+    """Check :func:`generate_games`' arguments; returns the floor plans to draw from (``scenes``,
+    or by ``split``'s name when None).
+
+    Raises:
+        ValueError: an unknown task type, ``num_games < 0``, ``max_receptacles < 2`` or unknown
+            ``scenes``.
+    """
+    bad = [t for t in types if t not in TASK_TYPES]
+    if bad:
+        raise ValueError(f"unknown ALFWorld task type(s) {bad}; known: {', '.join(TASK_TYPES)}")
+    if num_games < 0:
+        raise ValueError("num_games must be >= 0")
+    if max_receptacles < 2:
+        raise ValueError("max_receptacles must be >= 2")
+    if scenes is None:
+        scenes = "train" if split == "train" else "test"
+    if scenes not in ("train", "test"):
+        raise ValueError(f"scenes must be 'train' or 'test', got {scenes!r}")
+    return scenes
+
+
+def _generate_in_pool(jobs: list[tuple[str, str, int, int, str, int, str]], n_workers: int, scenes: str,
+                      results: list[tuple[int, str, float, int, float]], bar) -> None:
+    """Generate ``jobs`` in ``n_workers`` forked processes, appending each game's result to
+    ``results`` (in completion order) and advancing ``bar``; a stop request
+    (:func:`~g2po_bench.runtime.shutdown.check_stop`) is honoured between chunks."""
+    _warm_up(scenes)  # forked workers inherit the parsed assets and grammar caches
+    ex = _pool(n_workers)
+    size = max(1, min(4, len(jobs) // (4 * n_workers)))
+    chunks = iter([jobs[i:i + size] for i in range(0, len(jobs), size)])
+    try:
+        # small chunks, at most 2 per worker submitted at a time: a stop waits only for those
+        # (ProcessPoolExecutor.map would queue every chunk at once, and the workers go on
+        # taking them while this process is slow to look at the first result)
+        in_flight = deque(ex.submit(_generate_chunk, c) for c in islice(chunks, 2 * n_workers))
+        while in_flight:
+            for res in in_flight.popleft().result():
+                results.append(res)
+                bar.update(1)
+            check_stop()
+            nxt = next(chunks, None)
+            if nxt is not None:
+                in_flight.append(ex.submit(_generate_chunk, nxt))
+    except (BrokenProcessPool, KeyboardInterrupt):
+        # the job's signal reached the workers too (a terminal's Ctrl-C, `timeout`, Slurm
+        # signal the whole process group): a stop request, not a generation failure
+        check_stop()
+        raise
+    finally:
+        ex.shutdown(wait=True, cancel_futures=True)
+
+
+def _report_stats(results: list[tuple[int, str, float, int, float]], split: str, wall: float,
+                  n_workers: int) -> None:
+    """Log a generation's figures and keep them in :data:`_LAST_STATS` (``results``: one
+    ``(index, game file, wall seconds, attempts, CPU seconds)`` per game, at least one)."""
     log.info(
         "generated %d ALFWorld games (%s) in %.1f s wall with %d workers; per game %.2f s wall, "
         "%.2f s CPU",
@@ -702,7 +731,6 @@ def generate_games(
         attempts=sum(r[3] for r in results),
         workers=n_workers,
     )
-    return [Path(r[1]) for r in results]
 
 
 def _warm_up(scenes: str) -> None:

@@ -12,12 +12,16 @@
   It is also an ``ImportError``.
 - :class:`CheckpointError`: a run's checkpoint is incomplete or corrupt (a truncated or torn
   file); the message names the file and what is still intact.
+- :class:`RunFolderBusy`: another process holds the run folder (``<run>/.lock``); the message
+  names the run and the holding process. :class:`RunFolderLost`: the run folder was replaced
+  while this process trained it (deleted and created again); the process writes nothing more.
+  Both are :class:`RunFolderError` (docs/run-folder.md "One process per run folder").
 """
 
 from __future__ import annotations
 
 __all__ = ["DataError", "DataDownloadError", "EnvironmentSetupError", "MissingDependencyError", "CheckpointError",
-           "SUITE_ERRORS"]
+           "RunFolderError", "RunFolderBusy", "RunFolderLost", "SUITE_ERRORS"]
 
 
 class DataError(Exception):
@@ -44,6 +48,20 @@ class CheckpointError(Exception):
     checkpoint's manifest records, or not readable in its format (the message names the file)."""
 
 
+class RunFolderError(Exception):
+    """A run folder is not this process's to write (:class:`RunFolderBusy`, :class:`RunFolderLost`)."""
+
+
+class RunFolderBusy(RunFolderError):
+    """Another process holds the run folder's lock (``<run>/.lock``): it trains that run now (the
+    message names the run and the holding process id)."""
+
+
+class RunFolderLost(RunFolderError):
+    """The run folder this process locked was replaced (deleted and created again, so its
+    ``.lock`` is another file): the process stops and writes nothing more into it."""
+
+
 SUITE_ERRORS: tuple[type[Exception], ...] = (DataError, EnvironmentSetupError, MissingDependencyError,
-                                             CheckpointError)
+                                             CheckpointError, RunFolderError)
 """The errors a command reports as one line: a user can fix them without reading a traceback."""

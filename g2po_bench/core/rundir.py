@@ -35,6 +35,10 @@ Layout of ``results/runs/<run_id>/`` (docs/run-folder.md):
 Every file is written whole to a temporary name and renamed into place, so a kill at any
 moment leaves either the old or the new file, never a torn one. ``metrics.jsonl`` is
 append-only; a reader skips a torn last line.
+
+One process at a time writes a run folder: a training run holds ``.lock``
+(:mod:`g2po_bench.core.runlock`), and every writer of :class:`RunDir` first checks that the
+folder is still the one this process locked (:meth:`RunDir.ensure_owned`).
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ from g2po_bench.core.checkpoints import (
     write_manifest,
 )
 from g2po_bench.core.errors import CheckpointError
+from g2po_bench.core.runlock import check_owned, held_lock
 
 __all__ = [
     "RunDir",
@@ -317,7 +322,9 @@ class RunDir:
         Raises:
             CheckpointError: the written folder fails verification (the message names the file);
                 ``staging`` is removed and the checkpoints in place are untouched.
+            g2po_bench.core.errors.RunFolderLost: the folder this process locked was replaced.
         """
+        self.ensure_owned()
         fsync_tree(staging)
         write_manifest(staging, iteration)
         problem = verify_checkpoint(staging)
@@ -325,13 +332,43 @@ class RunDir:
             shutil.rmtree(staging, ignore_errors=True)
             raise CheckpointError(f"the checkpoint of iteration {iteration} was written incomplete ({problem}); "
                                   f"the checkpoints in {self.root / 'checkpoints'} are unchanged")
+        self.ensure_owned()  # again: saving a model takes a while
         install_checkpoint(staging, self.checkpoint_dir, self.previous_checkpoint_dir)
 
     def create(self) -> RunDir:
         self.root.mkdir(parents=True, exist_ok=True)
         return self
 
+    def ensure_owned(self) -> None:
+        """Before a write: nothing when this process holds no lock on the folder or still holds it
+        (:func:`g2po_bench.core.runlock.check_owned`).
+
+        Raises:
+            g2po_bench.core.errors.RunFolderLost: the folder this process locked was replaced.
+        """
+        check_owned(self.root)
+
+    def owned(self) -> bool:
+        """False when this process locked the folder and it was replaced since (then nothing may be
+        written into it); True otherwise."""
+        lock = held_lock(self.root)
+        return lock is None or lock.owned()
+
+    def write_json(self, name: str, obj: Any) -> Path:
+        """Write ``obj`` as ``<run>/<name>`` atomically (:func:`atomic_write_json`), the folder's
+        owner checked first (:meth:`ensure_owned`); returns the path."""
+        self.ensure_owned()
+        atomic_write_json(self.root / name, obj)
+        return self.root / name
+
+    def write_text(self, name: str, text: str) -> Path:
+        """Write ``text`` as ``<run>/<name>`` atomically, the folder's owner checked first; returns the path."""
+        self.ensure_owned()
+        atomic_write_text(self.root / name, text)
+        return self.root / name
+
     def write_status(self, state: str, iteration: int, total_iterations: int, error: str | None = None) -> None:
+        self.ensure_owned()
         atomic_write_json(
             self.status_path,
             {
@@ -362,6 +399,7 @@ class RunDir:
             return None
 
     def log_metrics(self, record: dict[str, Any]) -> None:
+        self.ensure_owned()
         append_jsonl(self.metrics_path, record)
 
     def read_metrics(self) -> list[dict[str, Any]]:
@@ -369,6 +407,7 @@ class RunDir:
 
     def truncate_metrics(self, last_iteration: int) -> None:
         """Drop metric lines after ``last_iteration`` (used on resume from a checkpoint)."""
+        self.ensure_owned()
         kept = [r for r in self.read_metrics() if int(r.get("iteration", 0)) <= last_iteration]
         atomic_write_text(
             self.metrics_path,
@@ -378,6 +417,7 @@ class RunDir:
     def replace_dir(self, staging: Path, target: Path) -> None:
         """Move a fully written folder ``staging`` to ``target`` atomically (fsynced first; the old
         one removed after)."""
+        self.ensure_owned()
         fsync_tree(staging)
         target.parent.mkdir(parents=True, exist_ok=True)
         old = target.with_name(target.name + ".old")

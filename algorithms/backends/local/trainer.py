@@ -35,24 +35,20 @@ optimizer, RNG and trainer state) is written atomically and verified every ``tra
 the one before it kept; a run with ``resume=true`` continues from the newest intact one and loses at most the
 iterations since.
 
-The run's records (status, metrics, evaluations, checkpoint bookkeeping and resume, timing,
-step tables, trackers) and the signal policy are the run lifecycle's
-(:mod:`g2po_bench.algorithms.backends.lifecycle`, shared with the OpenRLHF backend); this module
-writes the policy, optimizer, RNG and critic state into a checkpoint and reads them back.
-Signals (SIGTERM, SIGINT, the preemption signal SIGUSR2): the iteration in flight is abandoned
-without being recorded (or finished, when its rollouts were complete), the last complete
-iteration is checkpointed if it is not yet, ``status.json`` says ``interrupted`` and the process
-exits with ``128 + signal`` (or Submitit requeues the job). An iteration where most episodes crashed
-(:mod:`g2po_bench.core.crashes`) is rolled out again after restarting the environment workers, at most
-``train.crash_retries`` times; then the run fails with the reason.
+The loop itself (tasks, environment pool, evaluations, iterations, checkpoints, signals, the
+run's records) is the training loop's (:mod:`g2po_bench.algorithms.backends.loop`, shared with
+the OpenRLHF backend): :class:`LocalTrainer` is this backend's strategy for it (set-up, the
+critic's values, the update, and the policy, optimizer, RNG and critic state of a checkpoint).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import random
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,18 +57,7 @@ import torch
 
 from g2po_bench.algorithms import losses
 from g2po_bench.algorithms.backends.batching import split_mini_batches
-from g2po_bench.algorithms.backends.common import (
-    SamplerGapMonitor,
-    at_train_temperature,
-    eval_metrics,
-    evaluate_panel,
-    load_task_splits,
-    rl_tasks,
-    rollout_metrics,
-    train_temperature_eval_due,
-    training_rollouts,
-)
-from g2po_bench.algorithms.backends.lifecycle import RunLifecycle
+from g2po_bench.algorithms.backends.common import needs_critic
 from g2po_bench.algorithms.backends.local.memory import (
     enable_checkpointing,
     peak_memory_gb,
@@ -92,19 +77,18 @@ from g2po_bench.algorithms.backends.local.transformers_policy import (
 )
 from g2po_bench.algorithms.backends.local.value import ValueModel
 from g2po_bench.algorithms.backends.local.warm_start import ensure_warm_start
-from g2po_bench.algorithms.backends.progress import format_rate_ci
-from g2po_bench.algorithms.registry import bind_run_estimator
+from g2po_bench.algorithms.backends.loop import TrainerBackend, TrainingLoop, run_folder
+from g2po_bench.algorithms.backends.progress import RunProgress
+from g2po_bench.algorithms.registry import AdvantageResult
 from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.rollout import RolloutBatch
 from g2po_bench.core.config import RunConfig
-from g2po_bench.core.crashes import CRASHED_HEAVY_FRACTION, is_crashed_heavy
-from g2po_bench.core.rundir import RunDir, atomic_write_json
+from g2po_bench.core.rundir import RunDir
 from g2po_bench.core.tracking import RunPictures
 from g2po_bench.runtime.cpus import usable_cpus
-from g2po_bench.runtime.shutdown import check_stop
 from g2po_bench.runtime.workers import EnvPool
 
-__all__ = ["LocalTrainer", "train", "torch_threads"]
+__all__ = ["LocalTrainer", "train", "torch_threads", "starting_policy"]
 
 
 def seed_everything(seed: int) -> None:
@@ -113,128 +97,96 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-class LocalTrainer:
-    """Runs one training run of ``cfg`` into ``<output_dir>/<run_id>`` (see module docstring).
+def starting_policy(cfg: RunConfig, pool: EnvPool, bench, train_tasks, run: RunDir, progress: RunProgress):
+    """The run's starting policy: the warm start (:func:`.warm_start.ensure_warm_start`: built or
+    reused) loaded as float32 master weights, saved as the run's KL reference ``<run>/reference/``.
+
+    Returns:
+        ``(model, tokenizer, stats)``: the policy, its tokenizer (left padding) and the set-up
+        figures for ``setup.json`` (the warm start's, its cache key and folder).
+    """
+    ws = ensure_warm_start(cfg, pool, bench, train_tasks, run_root=run.root, progress=progress)
+    # float32 master weights whatever model.dtype says (it is the compute dtype)
+    model, tokenizer = load_model_and_tokenizer(ws.model_dir, dtype="float32", device=cfg.model.device)
+    # the reference policy is the starting policy (after the warm start)
+    ref_dir = run.root / "reference"
+    staging = ref_dir.with_name(".reference.tmp")
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    marker = ws.model_dir / "g2po_tiny.json"
+    if marker.exists():
+        (staging / "g2po_tiny.json").write_text(marker.read_text())
+    run.replace_dir(staging, ref_dir)
+    stats = dict(ws.stats)
+    stats.update({"warm_start/key": ws.key, "warm_start/reused": ws.reused, "warm_start/dir": str(ws.model_dir)})
+    return model, tokenizer, stats
+
+
+class LocalTrainer(TrainerBackend):
+    """The local backend's strategy for the training loop (:class:`.loop.TrainerBackend`; module docstring).
 
     Args:
         cfg: the RunConfig (``backend=local``).
-        console: rich console for progress (optional).
-        pictures: draws the tracker pictures (:class:`g2po_bench.core.tracking.RunPictures`; optional).
+        console: rich console for progress (optional; the loop's run replaces it in :meth:`start`).
+
+    Attributes (after :meth:`session`): ``model`` (float32 master weights), ``tokenizer``,
+    ``ref_model`` (the frozen KL reference), ``policy`` (:class:`.transformers_policy.LocalPolicy` on ``model``),
+    ``optimizer`` (AdamW), ``critic`` (:class:`.value.ValueModel`, critic estimators only).
     """
 
-    def __init__(self, cfg: RunConfig, console=None, pictures: RunPictures | None = None):
+    name = "local"
+
+    def __init__(self, cfg: RunConfig, console=None):
         self.cfg = cfg
         self.bench = get_benchmark(cfg.env.name)
-        self.estimator = bind_run_estimator(cfg)  # options checked once; called every iteration
-        self.console = console
         self.device = resolve_device(cfg.model.device)
         self.critic: ValueModel | None = None
-        # a stop checkpoints the state at the end of the last complete iteration: the lifecycle
-        # keeps that iteration's RNG states (_rng_state) and restores them before saving
-        self.lifecycle = RunLifecycle(cfg, backend="local", console=console,
-                                      truncation_log=self.log if console is not None else None,
-                                      write_checkpoint=self._write_checkpoint, capture_state=_rng_state,
-                                      restore_state=_restore_rng_state, pictures=pictures)
-        self.run: RunDir = self.lifecycle.run
-        self.progress = self.lifecycle.progress
-        self.truncation = self.lifecycle.truncation
-        self.sampler_gap = SamplerGapMonitor(cfg.model.dtype, log=self.log if console is not None else None)
+        # the loop gives the run folder and its progress display (start); until then (a trainer set
+        # up by hand, as the tests of the update do) the config's folder and a display of its own
+        self.run = RunDir(run_folder(cfg))
+        self.progress = RunProgress(console, enabled=cfg.progress)
         self.compute_dtype = compute_dtype(cfg.model.dtype)
         self.ref_device = self.device if cfg.train.ref_device == "auto" else torch.device(cfg.train.ref_device)
         self.sampling = SamplingParams(temperature=cfg.train.temperature, top_p=cfg.train.top_p)
 
-    # ------------------------------------------------------------------ logging
     def log(self, msg: str) -> None:
         """Print one line (above any progress bar)."""
         self.progress.log(msg)
 
-    @property
-    def start_iteration(self) -> int:
-        """The next iteration to train (:attr:`RunLifecycle.start_iteration`)."""
-        return self.lifecycle.start_iteration
-
-    @property
-    def eval_history(self) -> list[dict[str, Any]]:
-        """The evaluations of the panel so far (:attr:`RunLifecycle.eval_history`)."""
-        return self.lifecycle.eval_history
-
     # ------------------------------------------------------------------ setup
-    def _setup_model(self, pool: EnvPool, train_tasks) -> dict[str, float]:
+    def start(self, run: RunDir, progress: RunProgress) -> None:
+        """The run's folder and display; seeds Python and torch (``seed``)."""
+        self.run, self.progress = run, progress
+        seed_everything(self.cfg.seed)
+
+    @contextlib.contextmanager
+    def session(self, pool: EnvPool, train_tasks, resume_from: Path | None) -> Iterator[dict[str, Any]]:
+        """The models (the warm start, or a checkpoint's policy and the run's reference), then the
+        optimizer, critic and sampler (:meth:`_prepare_training`); yields the warm start's figures."""
+        stats = self._setup_model(pool, train_tasks, resume_from)
+        # the same RNG state whether the warm start was just built (SFT draws from the global RNG)
+        # or reused from the cache: same config and seed, same rollouts
+        seed_everything(self.cfg.seed)
+        self._prepare_training()
+        yield stats
+
+    def _setup_model(self, pool: EnvPool, train_tasks, resume_from: Path | None) -> dict[str, float]:
         cfg = self.cfg
-        ckpt = self.lifecycle.resume_from  # the newest intact checkpoint (resume=true), else None
-        if ckpt is not None:
-            self.model, self.tokenizer = load_model_and_tokenizer(ckpt / "policy", dtype="float32",
+        if resume_from is not None:  # the newest intact checkpoint (resume=true)
+            self.model, self.tokenizer = load_model_and_tokenizer(resume_from / "policy", dtype="float32",
                                                                   device=cfg.model.device)
             self.ref_model, _ = load_model_and_tokenizer(self.run.root / "reference", dtype=cfg.model.dtype,
                                                          device=str(self.ref_device))
-            self._resume_state = ckpt
             return {}
-        self._resume_state = None
-        ws = ensure_warm_start(cfg, pool, self.bench, train_tasks, run_root=self.run.root,
-                               progress=self.progress)
-        # float32 master weights whatever model.dtype says (it is the compute dtype)
-        self.model, self.tokenizer = load_model_and_tokenizer(ws.model_dir, dtype="float32",
-                                                              device=cfg.model.device)
-        # the reference policy is the starting policy (after the warm start)
-        ref_dir = self.run.root / "reference"
-        staging = ref_dir.with_name(".reference.tmp")
-        self.model.save_pretrained(staging)
-        self.tokenizer.save_pretrained(staging)
-        marker = ws.model_dir / "g2po_tiny.json"
-        if marker.exists():
-            (staging / "g2po_tiny.json").write_text(marker.read_text())
-        self.run.replace_dir(staging, ref_dir)
+        self.model, self.tokenizer, stats = starting_policy(cfg, pool, self.bench, train_tasks, self.run,
+                                                            self.progress)
         self.ref_model = self._frozen_reference()
-        stats = dict(ws.stats)
-        stats.update({"warm_start/key": ws.key, "warm_start/reused": ws.reused,
-                      "warm_start/dir": str(ws.model_dir)})
         return stats
 
     def _frozen_reference(self):
         """The KL reference: a copy of the current policy in the compute dtype (``model.dtype``;
         no master weights needed, it is never trained) on ``train.ref_device``."""
         return copy.deepcopy(self.model).to(device=self.ref_device, dtype=self.compute_dtype)
-
-    # ------------------------------------------------------------------ main loop
-    def run_training(self) -> RunDir:
-        """Set up (warm start or resume), evaluate before RL, train, evaluate; returns the run folder.
-
-        Raises:
-            whatever the environment, model or estimator raise; ``status.json`` then says failed.
-        """
-        cfg = self.cfg
-        lc = self.lifecycle
-        seed_everything(cfg.seed)
-        lc.start()
-        t_setup = time.time()
-        with lc.failing_on_error():  # a stop request goes on to RunLifecycle.run_guarded
-            with lc.checkpoint_on_stop():
-                with self.progress.phase("loading tasks", key="tasks"):
-                    train_tasks, panel = load_task_splits(cfg, self.bench)
-                    rl_pool = self._rl_tasks(train_tasks)  # fails here, before any work, if it is empty
-                # printed once the tasks are loaded: a data or config error stays a one-line message
-                self.log(f"run folder: {self.run.root}")
-                self.log(f"tasks: {len(train_tasks)} training, evaluation panel of {len(panel)} x "
-                         f"{cfg.eval.episodes_per_task} episode(s) ({cfg.env.eval_split})")
-                with EnvPool(self.bench, cfg.env, cfg.env.num_workers) as pool:
-                    setup_stats = self._setup_model(pool, train_tasks)
-                    # the same RNG state whether the warm start was just built (SFT draws from the
-                    # global RNG) or reused from the cache: same config and seed, same rollouts
-                    seed_everything(cfg.seed)
-                    self._prepare_training()
-                    if self._resume_state is not None:
-                        self._load_checkpoint(self._resume_state)
-                    else:
-                        # a fresh start (also resume=true without a checkpoint): drop what an
-                        # earlier attempt of this run may have logged before its first checkpoint
-                        lc.fresh_start()
-                        lc.write_setup(setup_stats, t_setup)
-                        ev = self._evaluate(pool, panel, 0)
-                        self.log(f"evaluation before RL: success {format_rate_ci(ev)}")
-                        self._evaluate_at_train_temperature(pool, panel, 0, "before")
-                    lc.begin_training()
-                    self._loop(pool, rl_pool, panel)
-        return lc.finish(torch_threads=torch.get_num_threads())
 
     def _prepare_training(self) -> None:
         """After the models are loaded: freeze the reference, check the master weights, switch
@@ -252,12 +204,12 @@ class LocalTrainer:
                                   compute_dtype=self.compute_dtype)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.train.lr,
                                            weight_decay=cfg.train.weight_decay)
-        if self.estimator.needs_critic:
+        if needs_critic(self.cfg):
             self.critic = ValueModel.from_policy(self.model, lr=cfg.train.value_lr,
                                                  weight_decay=cfg.train.value_weight_decay,
                                                  compute_dtype=self.compute_dtype,
                                                  gradient_checkpointing=cfg.train.gradient_checkpointing)
-        atomic_write_json(self.run.root / "sampling.json", {
+        self.run.write_json("sampling.json", {
             "train": self.sampling.describe(),
             "eval": self.policy.sampling(cfg.eval.temperature).describe(),
             "model_generation_config_ignored": model_generation_overrides(self.model),
@@ -272,109 +224,47 @@ class LocalTrainer:
             return response_logprobs(model, packed, sampling=self.sampling, with_entropy=with_entropy,
                                      chunk_tokens=self.cfg.train.logprob_chunk_tokens)
 
-    def _rl_tasks(self, train_tasks) -> list:
-        """The tasks RL draws from (``train.rl_tasks``, :func:`g2po_bench.algorithms.backends.common.rl_tasks`)."""
-        tasks = rl_tasks(self.cfg, train_tasks)
-        if len(tasks) != len(train_tasks):
-            self.log(f"RL draws from the {len(tasks)} training tasks the warm start's demonstrations "
-                     f"did not use (train.rl_tasks={self.cfg.train.rl_tasks})")
-        return tasks
-
-    def _loop(self, pool: EnvPool, train_tasks, panel) -> None:
-        cfg = self.cfg
-        total = cfg.train.iterations
-        for it in range(self.start_iteration, total + 1):
-            check_stop()
-            with self.progress.phase(f"RL iteration {it}/{total}", total=cfg.env.max_steps, key="RL iterations",
-                                     announce=False) as h:
-                rec = self._iteration(pool, train_tasks, it, on_step=lambda t, n: h.update(t, f"steps, {n} active"))
-            line = (f"iteration {it}/{total}: train success {rec['train/success_rate']:.1%}, "
-                    f"invalid {rec['train/invalid_frac']:.1%}, {rec['iter_s']:.1f} s "
-                    f"(rollout {rec['rollout_s']:.1f}, update {rec['update_s']:.1f})")
-            if cfg.eval.every and it % cfg.eval.every == 0 or it == total:
-                ev = self._evaluate(pool, panel, it)
-                rec.update(eval_metrics(ev))
-                line += f"; held-out success {format_rate_ci(ev)}"
-            self.lifecycle.console_line(line)
-            if it == total:
-                self._evaluate_at_train_temperature(pool, panel, it, "final")
-            self.lifecycle.end_iteration(rec)
-
-    def _iteration(self, pool: EnvPool, train_tasks, it: int, on_step=None) -> dict[str, Any]:
-        cfg = self.cfg
+    # ------------------------------------------------------------------ one iteration
+    def rollouts_started(self) -> None:
+        """Open the windows of the rollout's throughput (:attr:`LocalPolicy.stats`) and peak memory."""
         reset_peak_memory(self.device)
         self.policy.reset_stats()
-        t0 = time.time()
-        rb = self._rollouts_without_crashes(pool, train_tasks, it, on_step=on_step)
-        t_roll = time.time()
-        gen = self.policy.reset_stats()
-        mem_roll = peak_memory_gb(self.device)
+
+    def rollout_metrics(self) -> dict[str, Any]:
+        """The rollout's throughput (``rollout/*``) and, on a GPU, ``memory/rollout_peak_gb``; opens
+        the update's peak-memory window."""
+        out = _throughput_metrics(self.policy.reset_stats())
+        mem = peak_memory_gb(self.device)
+        if mem is not None:
+            out["memory/rollout_peak_gb"] = mem
         reset_peak_memory(self.device)
-        values = None
+        return out
+
+    def values(self, rollouts: RolloutBatch) -> np.ndarray | None:
+        """The critic's V(s_t) of every step row (critic estimators), else None."""
+        if self.critic is None:
+            return None
+        return self.critic.predict(rollouts.prompt_ids, self.tokenizer.pad_token_id,
+                                   batch_size=self.cfg.train.micro_batch_size)
+
+    def update(self, rollouts: RolloutBatch, result: AdvantageResult, values: np.ndarray | None,
+               iteration: int) -> dict[str, Any]:
+        """The policy's PPO update on ``result.advantages`` (:meth:`_update`), then the critic's on
+        the estimator's returns (or ``advantages + values``); ``memory/update_peak_gb`` on a GPU."""
+        upd = self._update(rollouts, result.advantages)
         if self.critic is not None:
-            values = self.critic.predict(rb.prompt_ids, self.tokenizer.pad_token_id,
-                                         batch_size=cfg.train.micro_batch_size)
-        res = self.estimator(rb, values)
-        t_adv = time.time()
-        check_stop()  # a stop requested during the rollouts abandons the iteration here
-        self.lifecycle.update_started()  # the update changes the model: no longer the state of iteration it-1
-        upd = self._update(rb, res.advantages)
-        if self.critic is not None:
-            returns = res.returns if res.returns is not None else res.advantages + values
-            t = cfg.train
-            upd.update(self.critic.fit(rb.prompt_ids, returns, values, self.tokenizer.pad_token_id,
+            returns = result.returns if result.returns is not None else result.advantages + values
+            t = self.cfg.train
+            upd.update(self.critic.fit(rollouts.prompt_ids, returns, values, self.tokenizer.pad_token_id,
                                        clip=t.value_clip, mini_batch_size=t.mini_batch_size,
                                        micro_batch_size=t.micro_batch_size,
-                                       response_lengths=[max(len(r), 1) for r in rb.response_ids],
+                                       response_lengths=[max(len(r), 1) for r in rollouts.response_ids],
                                        loss_agg_mode=t.loss_agg_mode, mini_batch_split=t.mini_batch_split,
-                                       epochs=t.ppo_epochs, seed=cfg.seed + it))
-        t_upd = time.time()
-        rec: dict[str, Any] = {
-            "iteration": it,
-            "iter_s": t_upd - t0, "rollout_s": t_roll - t0, "adv_s": t_adv - t_roll, "update_s": t_upd - t_adv,
-            **rollout_metrics(rb),
-            **_throughput_metrics(gen),
-            **{f"adv/{k}": v for k, v in res.diagnostics.items()},
-            **upd,
-            **self.lifecycle.record_step_table(rb, res, it, values),
-        }
-        if mem_roll is not None:
-            rec["memory/rollout_peak_gb"] = mem_roll
-            rec["memory/update_peak_gb"] = peak_memory_gb(self.device)
-        self.truncation.observe(rec, it)
-        if self.sampler_gap.observe(rec, it):
-            self.run.warnings["stale_sampler"] = self.sampler_gap.record
-        return rec
-
-    def _rollouts_without_crashes(self, pool: EnvPool, train_tasks, it: int, on_step=None) -> RolloutBatch:
-        """The iteration's rollouts; rolled out again (same seeds) after restarting the workers
-        while most episodes crashed, at most ``train.crash_retries`` times.
-
-        Raises:
-            RuntimeError: still crashed-heavy after the retries (the message says how many).
-            ShutdownRequested: a stop was requested (the crashes are then the shutdown's).
-        """
-        retries = self.cfg.train.crash_retries
-        counts = []
-        for attempt in range(retries + 1):
-            rb = training_rollouts(self.cfg, self.policy, pool, self.bench, train_tasks, it, on_step=on_step)
-            crashed, n = sum(bool(t["crashed"]) for t in rb.trajectories), len(rb.trajectories)
-            if not is_crashed_heavy(crashed, n):
-                return rb
-            check_stop()
-            counts.append(f"{crashed}/{n}")
-            if attempt < retries:
-                self.log(f"iteration {it}: {crashed} of {n} episodes crashed; restarting the environment "
-                         f"workers and rolling the iteration out again (retry {attempt + 1} of {retries})")
-                pool.restart()
-        raise RuntimeError(
-            f"iteration {it}: more than {CRASHED_HEAVY_FRACTION:.0%} of the episodes crashed in each of "
-            f"{retries + 1} attempts ({', '.join(counts)} crashed; the environment workers were restarted "
-            "between attempts): the environment is failing, not the policy. Check the environment "
-            "(data, memory, the worker log) and resume with resume=true; train.crash_retries sets the "
-            "number of attempts")
-
-    # ------------------------------------------------------------------ update
+                                       epochs=t.ppo_epochs, seed=self.cfg.seed + iteration))
+        mem = peak_memory_gb(self.device)
+        if mem is not None:
+            upd["memory/update_peak_gb"] = mem
+        return upd
     def _update(self, rb: RolloutBatch, advantages: np.ndarray) -> dict[str, float]:
         cfg = self.cfg.train
         pad = self.tokenizer.pad_token_id
@@ -454,35 +344,10 @@ class LocalTrainer:
             out.update(_sampler_gap(rb, rows, old_lp))
         return out
 
-    # ------------------------------------------------------------------ evaluation
-    def _evaluate(self, pool: EnvPool, panel, iteration: int) -> dict[str, Any]:
-        ev = self._play_panel(self.cfg, pool, panel, iteration, f"evaluation at iteration {iteration}")
-        return self.lifecycle.record_evaluation(ev)
-
-    def _play_panel(self, cfg, pool: EnvPool, panel, iteration: int, title: str) -> dict[str, Any]:
-        """One evaluation of ``panel`` with ``cfg``'s eval settings, shown as a progress phase."""
-        n = len(panel) * cfg.eval.episodes_per_task
-        with self.progress.phase(f"{title} ({n} episodes)", total=n, key="evaluation") as h:
-            return evaluate_panel(cfg, self.policy, pool, self.bench, panel, iteration,
-                                  on_progress=lambda done, total: h.update(done, "episodes"))
-
-    def _evaluate_at_train_temperature(self, pool: EnvPool, panel, iteration: int, which: str) -> None:
-        """``eval.at_train_temperature``: the panel at ``train.temperature`` (same evaluation seed),
-        recorded as ``eval.json`` ``at_train_temperature[which]`` ("before" or "final")."""
-        cfg = self.cfg
-        if not train_temperature_eval_due(cfg, self.lifecycle.train_temperature_evals, which, iteration):
-            return
-        t = cfg.train.temperature
-        ev = self._play_panel(at_train_temperature(cfg), pool, panel, iteration,
-                              f"evaluation at the training temperature {t:g}, iteration {iteration}")
-        self.lifecycle.record_train_temperature_evaluation(which, ev)
-        self.log(f"held-out success at the training temperature {t:g} ({which}): {format_rate_ci(ev)}")
-
     # ------------------------------------------------------------------ checkpoints
-    def _write_checkpoint(self, staging: Path, it: int, trainer_state: dict[str, Any]) -> dict[str, Any] | None:
+    def save(self, staging: Path, iteration: int, trainer_state: dict[str, Any]) -> None:
         """The local backend's part of a checkpoint (:data:`.lifecycle.CheckpointWriter`): the
-        policy (``policy/``) and ``optim.pt`` (optimizer, RNG states, critic and its optimizer);
-        returns the trainer-state entries it adds (``warnings``, when the run warned)."""
+        policy (``policy/``) and ``optim.pt`` (optimizer, RNG states, critic and its optimizer)."""
         self.model.save_pretrained(staging / "policy")
         self.tokenizer.save_pretrained(staging / "policy")
         state = {"optimizer": self.optimizer.state_dict(),
@@ -490,8 +355,6 @@ class LocalTrainer:
                  "python_rng": random.getstate()}
         state.update(self._trained_state())
         torch.save(state, staging / "optim.pt")
-        # what the run warned about once (status.json warnings) survives a resume
-        return {"warnings": self.run.warnings} if self.run.warnings else None
 
     def _trained_state(self) -> dict[str, Any]:
         """What the run has trained besides the policy and its optimizer, for ``optim.pt``: the
@@ -516,17 +379,33 @@ class LocalTrainer:
                      "earlier version): the critic's AdamW restarts, so this run will not match an "
                      "uninterrupted one")
 
-    def _load_checkpoint(self, ckpt: Path) -> None:
-        meta = json.loads((ckpt / "trainer_state.json").read_text())
-        state = torch.load(ckpt / "optim.pt", weights_only=False)
+    def load(self, checkpoint: Path | None) -> dict[str, Any] | None:
+        """The optimizer, RNG states and critic of ``checkpoint`` (whose policy :meth:`session`
+        loaded); returns its ``trainer_state.json`` (None without a checkpoint: a fresh start)."""
+        if checkpoint is None:
+            return None
+        meta = json.loads((checkpoint / "trainer_state.json").read_text())
+        state = torch.load(checkpoint / "optim.pt", weights_only=False)
         self.optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["python_rng"])
         self._load_trained_state(state)
-        self.run.warnings = dict(meta.get("warnings") or {})
-        if "stale_sampler" in self.run.warnings:
-            self.sampler_gap.record = dict(self.run.warnings["stale_sampler"])
-        self.lifecycle.resume(meta)
+        return meta
+
+    def capture_state(self) -> tuple[Any, Any]:
+        """The RNG states (torch, Python) at the end of an iteration: a stop checkpoints the state
+        at the end of the last complete iteration with them."""
+        return torch.get_rng_state(), random.getstate()
+
+    def restore_state(self, state: tuple[Any, Any]) -> None:
+        """Restore the RNG states of :meth:`capture_state`."""
+        torch_rng, py_rng = state
+        torch.set_rng_state(torch_rng)
+        random.setstate(py_rng)
+
+    def timing(self) -> dict[str, Any]:
+        """``timing.json``'s ``torch_threads``."""
+        return {"torch_threads": torch.get_num_threads()}
 
 
 def _has_sampler_logprobs(rb: RolloutBatch, i: int) -> bool:
@@ -561,16 +440,6 @@ def _throughput_metrics(gen: dict[str, float]) -> dict[str, float]:
             "rollout/generated_tokens_per_s": gen.get("generated_tokens", 0) / secs}
 
 
-def _rng_state() -> tuple[Any, Any]:
-    return torch.get_rng_state(), random.getstate()
-
-
-def _restore_rng_state(state: tuple[Any, Any]) -> None:
-    torch_rng, py_rng = state
-    torch.set_rng_state(torch_rng)
-    random.setstate(py_rng)
-
-
 def _stack(store: dict[int, torch.Tensor], rows: list[int], mask: torch.Tensor) -> torch.Tensor:
     out = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
     for j, i in enumerate(rows):
@@ -590,7 +459,7 @@ def torch_threads(cfg: RunConfig) -> int:
 
 
 def train(cfg: RunConfig, console=None, pictures: RunPictures | None = None) -> RunDir:
-    """Run the local backend on ``cfg``; returns the run folder.
+    """Run the local backend on ``cfg`` (the training loop with :class:`LocalTrainer`); returns the run folder.
 
     Args:
         cfg: the RunConfig.
@@ -599,9 +468,10 @@ def train(cfg: RunConfig, console=None, pictures: RunPictures | None = None) -> 
 
     Raises:
         g2po_bench.runtime.shutdown.Interrupted: stopped by SIGTERM/SIGINT/SIGUSR2 (a ``SystemExit``
-            with status 128 + signal; the run folder says ``interrupted``, see the module
-            docstring); under Submitit the preemption signal requeues the job instead.
+            with status 128 + signal; the run folder says ``interrupted``, see
+            :mod:`g2po_bench.algorithms.backends.loop`); under Submitit the preemption signal
+            requeues the job instead.
+        g2po_bench.core.errors.RunFolderBusy: another process trains the same run folder.
     """
     torch.set_num_threads(torch_threads(cfg))
-    trainer = LocalTrainer(cfg, console=console, pictures=pictures)
-    return trainer.lifecycle.run_guarded(trainer.run_training)
+    return TrainingLoop(cfg, LocalTrainer(cfg, console=console), console=console, pictures=pictures).run()

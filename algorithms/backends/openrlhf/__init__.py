@@ -20,7 +20,7 @@ import importlib.util
 
 from g2po_bench.core.errors import MissingDependencyError
 
-__all__ = ["train", "missing_requirements", "REQUIRED_MODULES"]
+__all__ = ["train", "missing_requirements", "require_stack", "REQUIRED_MODULES"]
 
 REQUIRED_MODULES = ("openrlhf", "ray", "deepspeed", "vllm", "flash_attn")
 _INSTALL_HINT = (
@@ -35,6 +35,18 @@ def missing_requirements() -> list[str]:
     return [m for m in REQUIRED_MODULES if importlib.util.find_spec(m) is None]
 
 
+def require_stack() -> None:
+    """Nothing when OpenRLHF and its stack are importable.
+
+    Raises:
+        g2po_bench.core.errors.MissingDependencyError: some are not (the message names them and
+            says how to install them; the CLI prints it as one line).
+    """
+    missing = missing_requirements()
+    if missing:
+        raise MissingDependencyError(f"{_INSTALL_HINT}; missing: {', '.join(missing)}")
+
+
 def train(cfg, console=None, pictures=None):
     """Train ``cfg`` with the OpenRLHF backend; returns the run folder (a RunDir). ``pictures``:
     the tracker pictures' drawer (:class:`g2po_bench.core.tracking.RunPictures`, optional).
@@ -44,9 +56,7 @@ def train(cfg, console=None, pictures=None):
             installed (an ``ImportError``; the message says how to install it; the CLI prints it as
             one line).
     """
-    missing = missing_requirements()
-    if missing:
-        raise MissingDependencyError(f"{_INSTALL_HINT}; missing: {', '.join(missing)}")
+    require_stack()
     # lazy: the trainer imports OpenRLHF, Ray, DeepSpeed and vLLM (optional GPU dependencies)
     from g2po_bench.algorithms.backends.openrlhf.trainer import train as _train
 

@@ -104,6 +104,30 @@ def build_argv(cfg, settings: OpenRLHFSettings, *, model_path: str, ckpt_path: s
     """
     t = cfg.train
     critic = needs_critic(cfg)
+    _refuse_unsupported(t)
+    nodes, gpn = settings.group_shape()
+    tbs = train_batch_size(cfg, settings)
+    if max_steps is None:
+        est_rows = t.groups_per_batch * t.group_size * cfg.env.max_steps
+        max_steps = max(1, t.iterations * t.ppo_epochs * math.ceil(est_rows / tbs))
+    argv: list[str] = []
+    f = lambda name, value=True: _flag(argv, name, value)  # noqa: E731
+    _layout_flags(f, settings, model_path, critic)
+    _objective_flags(f, cfg, tbs, critic)
+    # checkpoints (the backend saves them itself, every train.checkpoint_every iterations)
+    f("ckpt.path", ckpt_path)
+    f("ckpt.output_dir", str(Path(ckpt_path) / "final"))
+    f("ckpt.save_steps", -1)
+    f("ckpt.save_hf")
+    f("ckpt.max_num", 2)  # OpenRLHF deletes the oldest before saving: keep the previous one meanwhile
+    f("ckpt.load_enable", resume)
+    f("eval.steps", -1)
+    f("logger.logging_steps", 1)
+    return argv
+
+
+def _refuse_unsupported(t) -> None:
+    """Raise :class:`OpenRLHFArgsError` for a ``train.*`` setting OpenRLHF cannot follow."""
     if t.loss_agg_mode not in OPENRLHF_AGG_MODES:
         raise OpenRLHFArgsError(
             f"train.loss_agg_mode={t.loss_agg_mode} is not available with backend=openrlhf "
@@ -114,24 +138,11 @@ def build_argv(cfg, settings: OpenRLHFSettings, *, model_path: str, ckpt_path: s
             f"train.kl_clamp={t.kl_clamp} is not available with backend=openrlhf (OpenRLHF {OPENRLHF_VERSION} "
             f"always clamps the KL estimate to [-10, 10]); set train.kl_clamp=10.0 or use backend=local"
         )
+
+
+def _layout_flags(f, settings: OpenRLHFSettings, model_path: str, critic: bool) -> None:
+    """The models, their GPUs, the vLLM engines and DeepSpeed (``f(name, value)`` adds a flag)."""
     nodes, gpn = settings.group_shape()
-    tbs = train_batch_size(cfg, settings)
-    if max_steps is None:
-        est_rows = t.groups_per_batch * t.group_size * cfg.env.max_steps
-        max_steps = max(1, t.iterations * t.ppo_epochs * math.ceil(est_rows / tbs))
-    argv: list[str] = []
-    f = lambda name, value=True: _flag(argv, name, value)  # noqa: E731
-
-    def optimizer(model: str, lr: float, weight_decay: float) -> None:
-        # the local backend's optimizer: AdamW at a constant rate, no warm-up, gradient clipping
-        f(f"{model}.adam.lr", lr)
-        f(f"{model}.adam.betas", (0.9, 0.999))
-        f(f"{model}.adam.weight_decay", weight_decay)
-        f(f"{model}.lr_scheduler", "constant")
-        f(f"{model}.lr_warmup_ratio", 0.0)
-        f(f"{model}.max_norm", t.max_grad_norm)
-
-    # models and layout
     f("actor.model_name_or_path", model_path)
     f("actor.num_nodes", nodes)
     f("actor.num_gpus_per_node", gpn)
@@ -157,6 +168,22 @@ def build_argv(cfg, settings: OpenRLHFSettings, *, model_path: str, ckpt_path: s
     f("ds.adam_offload", settings.adam_offload)
     f("ref.offload", settings.ref_offload)
     f("actor.gradient_checkpointing_enable", settings.gradient_checkpointing)
+
+
+def _objective_flags(f, cfg, tbs: int, critic: bool) -> None:
+    """The rollout shape and the local backend's objective (optimizers, clipping, KL loss, the
+    advantages' estimator left to the suite) (``f(name, value)`` adds a flag)."""
+    t = cfg.train
+
+    def optimizer(model: str, lr: float, weight_decay: float) -> None:
+        # the local backend's optimizer: AdamW at a constant rate, no warm-up, gradient clipping
+        f(f"{model}.adam.lr", lr)
+        f(f"{model}.adam.betas", (0.9, 0.999))
+        f(f"{model}.adam.weight_decay", weight_decay)
+        f(f"{model}.lr_scheduler", "constant")
+        f(f"{model}.lr_warmup_ratio", 0.0)
+        f(f"{model}.max_norm", t.max_grad_norm)
+
     # rollout shape (generation itself is driven by the suite's rollout engine)
     f("rollout.batch_size", t.groups_per_batch)
     f("rollout.n_samples_per_prompt", t.group_size)
@@ -184,16 +211,6 @@ def build_argv(cfg, settings: OpenRLHFSettings, *, model_path: str, ckpt_path: s
     if critic:
         optimizer("critic", t.value_lr, t.value_weight_decay)
         f("critic.value_clip", t.value_clip)
-    # checkpoints (the backend saves them itself, every train.checkpoint_every iterations)
-    f("ckpt.path", ckpt_path)
-    f("ckpt.output_dir", str(Path(ckpt_path) / "final"))
-    f("ckpt.save_steps", -1)
-    f("ckpt.save_hf")
-    f("ckpt.max_num", 2)  # OpenRLHF deletes the oldest before saving: keep the previous one meanwhile
-    f("ckpt.load_enable", resume)
-    f("eval.steps", -1)
-    f("logger.logging_steps", 1)
-    return argv
 
 
 def _main_block(source: str, filename: str) -> Any:

@@ -44,7 +44,9 @@ class StepExperienceMaker(RemoteExperienceMaker):
             rank gets a balanced share).
 
     Use: :meth:`prepare` with the batch's :class:`StepSamples` and an advantage function, then
-    ``make_experience_batch(step_samples.samples)``. After it, ``timing`` holds
+    ``make_experience_batch(step_samples.samples)``; or in two steps, :meth:`score_batch` (the
+    model forwards; :meth:`row_values` reads the critic's values from them) and, once the
+    advantages are known, :meth:`compute_advantages_and_returns`. After it, ``timing`` holds
     ``logprob_s`` (reference and old log-probs, and values) and ``adv_s``; ``result`` the
     registry's AdvantageResult; ``values`` the per-row critic values (or None).
     """
@@ -58,8 +60,10 @@ class StepExperienceMaker(RemoteExperienceMaker):
         self.result: AdvantageResult | None = None
         self.values: np.ndarray | None = None
 
-    def prepare(self, step_samples: StepSamples, advantage_fn: Callable[[np.ndarray | None], AdvantageResult]):
-        """Set the samples of the next batch and ``advantage_fn(values_per_row) -> AdvantageResult``."""
+    def prepare(self, step_samples: StepSamples,
+                advantage_fn: Callable[[np.ndarray | None], AdvantageResult] | None = None):
+        """Set the samples of the next batch and ``advantage_fn(values_per_row) -> AdvantageResult``
+        (None: set later, before :meth:`compute_advantages_and_returns`)."""
         self.step_samples = step_samples
         self.advantage_fn = advantage_fn
 
@@ -68,15 +72,34 @@ class StepExperienceMaker(RemoteExperienceMaker):
         return interleave_for_ranks(super().split_rollout_samples(rollout_samples), self.dp_ranks)
 
     @torch.no_grad()
+    def score_batch(self, rollout_samples):
+        """OpenRLHF's split and model forwards (old and reference log-probs, values), without
+        advantages; ``timing`` then holds ``logprob_s``."""
+        t0 = time.time()
+        experiences = self.make_experience(self.split_rollout_samples(rollout_samples))
+        self.timing = {"logprob_s": time.time() - t0}
+        return experiences
+
+    @torch.no_grad()
     def make_experience_batch(self, rollout_samples):
         """OpenRLHF's pipeline (split, model forwards, advantages), timed per phase."""
-        t0 = time.time()
-        samples_list = self.split_rollout_samples(rollout_samples)
-        experiences = self.make_experience(samples_list)
+        experiences = self.score_batch(rollout_samples)
         t1 = time.time()
         experiences = self.compute_advantages_and_returns(experiences)
-        self.timing = {"logprob_s": t1 - t0, "adv_s": time.time() - t1}
+        self.timing["adv_s"] = time.time() - t1
         return experiences
+
+    def row_values(self, experiences) -> np.ndarray | None:
+        """V(s_t) per rollout row, (rows,) float64, read at the last prompt token of every real
+        sample of the prepared batch; None without a critic group."""
+        if self.critic_model_group is None:
+            return None
+        ss = self.step_samples
+        real = ss.rows >= 0
+        per_sample = prompt_end_values(experiences, ss.prompt_lens, len(ss.samples))
+        values = np.zeros(int(ss.rows.max()) + 1 if real.any() else 0, dtype=np.float64)
+        values[ss.rows[real]] = per_sample[real]
+        return values
 
     @torch.no_grad()
     def compute_advantages_and_returns(self, experiences):
@@ -92,12 +115,7 @@ class StepExperienceMaker(RemoteExperienceMaker):
             raise RuntimeError("StepExperienceMaker.prepare() must be called before make_experience_batch()")
         n = len(ss.samples)
         real = ss.rows >= 0
-        n_rows = int(ss.rows.max()) + 1 if real.any() else 0
-        values = None
-        if self.critic_model_group is not None:
-            per_sample = prompt_end_values(experiences, ss.prompt_lens, n)
-            values = np.zeros(n_rows, dtype=np.float64)
-            values[ss.rows[real]] = per_sample[real]
+        values = self.row_values(experiences)
         result = self.advantage_fn(values)
         adv = np.zeros(n, dtype=np.float64)
         adv[real] = result.advantages[ss.rows[real]]

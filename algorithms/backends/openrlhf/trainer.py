@@ -5,7 +5,7 @@ One iteration, with the same semantics as the local backend
 
 1. **Generation**: ``groups_per_batch`` tasks x ``group_size`` rollouts by the suite's rollout
    engine (:func:`g2po_bench.benchmarks.rollout.collect_rollouts`; environments in worker processes,
-   step prompts with history) through :class:`.policy.EnginePolicy` on OpenRLHF's vLLM engines.
+   step prompts with history) through :class:`.engine_policy.EnginePolicy` on OpenRLHF's vLLM engines.
 2. **Reference and old log-probs** (and critic values): OpenRLHF's
    ``RemoteExperienceMaker.make_experience`` on the actor, reference and critic Ray actor
    groups, one OpenRLHF sample per agent step (:mod:`.experience`).
@@ -22,45 +22,41 @@ in the driver, :class:`StepPPOTrainer` subclasses ``BasePPOTrainer`` (its ``ppo_
 ``broadcast_to_vllm`` orchestration, sleep/wake handling and KL controller) and
 :class:`.experience_maker.StepExperienceMaker` subclasses ``RemoteExperienceMaker``.
 
-The run folder is the local backend's, written by the same run lifecycle
-(:mod:`g2po_bench.algorithms.backends.lifecycle`: ``config.yaml``, ``metrics.jsonl`` with seconds
-per phase, ``eval.json``, ``status.json``, ``timing.json``, ``steps/`` with ``record_graphs``,
-``checkpoints/latest/{policy,trainer_state.json}``, the trackers of ``logging.backends``) plus
-``checkpoints/openrlhf/`` (DeepSpeed checkpoints of the actor and critic: what ``resume=true``
-loads), ``openrlhf.json`` (layout) and ``openrlhf_args.txt`` (the OpenRLHF arguments). The
-lifecycle's signal policy applies too: SIGTERM, SIGINT or the preemption signal abandons the
-iteration in flight, checkpoints the last complete one (while the Ray workers are still up),
-and leaves ``status.json`` ``interrupted`` (exit status 128 + signal, or Submitit's requeue).
+The loop is the local backend's: the training loop (:mod:`g2po_bench.algorithms.backends.loop`)
+runs the tasks, environment pool, evaluations, iterations, checkpoints, signals and records, with
+:class:`OpenRLHFTrainer` as this backend's strategy (the Ray workers as a session, the critic's
+values and the update on them, DeepSpeed checkpoints). The run folder is the local backend's
+(``config.yaml``, ``metrics.jsonl`` with seconds per phase, ``eval.json``, ``status.json``,
+``timing.json``, ``steps/`` with ``record_graphs``, ``checkpoints/latest/{policy,trainer_state.json}``,
+the trackers of ``logging.backends``) plus ``checkpoints/openrlhf/`` (DeepSpeed checkpoints of the
+actor and critic: what ``resume=true`` loads), ``openrlhf.json`` (layout) and
+``openrlhf_args.txt`` (the OpenRLHF arguments). The loop's signal policy applies too: SIGTERM,
+SIGINT or the preemption signal abandons the iteration in flight, checkpoints the last complete
+one (while the Ray workers are still up: they live in the backend's session), and leaves
+``status.json`` ``interrupted`` (exit status 128 + signal, or Submitit's requeue).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import shutil
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import ray
 import torch
 from openrlhf.trainer.ppo_trainer import BasePPOTrainer
 
-from g2po_bench.algorithms.backends.common import (
-    at_train_temperature,
-    eval_metrics,
-    evaluate_panel,
-    load_task_splits,
-    needs_critic,
-    rl_tasks,
-    rollout_metrics,
-    train_temperature_eval_due,
-    training_rollouts,
-)
-from g2po_bench.algorithms.backends.lifecycle import RunLifecycle
-from g2po_bench.algorithms.backends.local.trainer import LocalTrainer
+from g2po_bench.algorithms.backends.common import needs_critic
+from g2po_bench.algorithms.backends.local.trainer import starting_policy
+from g2po_bench.algorithms.backends.loop import TrainerBackend, TrainingLoop, run_folder
 from g2po_bench.algorithms.backends.openrlhf.args import build_argv, parse_openrlhf_args
 from g2po_bench.algorithms.backends.openrlhf.cluster import (
     RayCluster,
@@ -76,16 +72,16 @@ from g2po_bench.algorithms.backends.openrlhf.experience import (
 )
 from g2po_bench.algorithms.backends.openrlhf.experience_maker import StepExperienceMaker
 from g2po_bench.algorithms.backends.openrlhf.settings import OpenRLHFSettings, load_settings
-from g2po_bench.algorithms.registry import bind_run_estimator
+from g2po_bench.algorithms.backends.progress import RunProgress
+from g2po_bench.algorithms.registry import AdvantageResult, BoundEstimator, bind_run_estimator
 from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.rollout import RolloutBatch
 from g2po_bench.core.config import RunConfig
-from g2po_bench.core.rundir import RunDir, atomic_write_json, atomic_write_text
+from g2po_bench.core.rundir import RunDir
 from g2po_bench.core.tracking import RunPictures
-from g2po_bench.runtime.shutdown import check_stop
 from g2po_bench.runtime.workers import EnvPool
 
-__all__ = ["StepPPOTrainer", "OpenRLHFTrainer", "Stack", "Workers", "load_tokenizer", "train"]
+__all__ = ["StepPPOTrainer", "ScoredRollouts", "OpenRLHFTrainer", "Stack", "Workers", "load_tokenizer", "train"]
 
 
 def load_tokenizer(path: str | os.PathLike):
@@ -112,7 +108,7 @@ class StepPPOTrainer(BasePPOTrainer):
     Args:
         strategy, actor_model_group, critic_model_group, reference_model_group, vllm_engines,
             tokenizer: as ``BasePPOTrainer`` (no reward model: rewards come from environments).
-        cfg: the RunConfig (its estimator and options, bound once here: ``self.estimator``).
+        cfg: the RunConfig (its estimator and options: :attr:`estimator`).
         dp_ranks: data-parallel ranks of the actor group.
     """
 
@@ -121,23 +117,61 @@ class StepPPOTrainer(BasePPOTrainer):
         super().__init__(strategy, actor_model_group, critic_model_group, None, reference_model_group,
                          vllm_engines, tokenizer)
         self.cfg = cfg
-        self.estimator = bind_run_estimator(cfg)
         self.experience_maker = StepExperienceMaker(
             actor_model_group, critic_model_group, None, reference_model_group, self.kl_ctl, strategy, tokenizer,
             dp_ranks=dp_ranks)
 
+    @functools.cached_property
+    def estimator(self) -> BoundEstimator:
+        """The run's estimator (:func:`g2po_bench.algorithms.registry.bind_run_estimator`), bound
+        at its first use: by :meth:`make_experiences` (updates outside the training loop); in a
+        run the loop binds its own and gives the advantages to :meth:`train_on_scored`."""
+        return bind_run_estimator(self.cfg)
+
     def train_step(self, rollout_samples, global_step):  # pragma: no cover - OpenRLHF's prompt-level entry
         raise RuntimeError("StepPPOTrainer trains on the suite's rollouts: use train_on_rollouts()")
 
-    def make_experiences(self, rollouts: RolloutBatch) -> tuple[list, StepSamples]:
-        """Experiences (old and reference log-probs, values, per-token advantages) of the rows."""
+    def score(self, rollouts: RolloutBatch) -> ScoredRollouts:
+        """OpenRLHF's model forwards on the rows (old and reference log-probs, the critic's values),
+        before the advantages are known."""
         ss = build_samples(rollouts, eos_token_id=self.tokenizer.eos_token_id, pad_to=self.args.train.batch_size)
-        self.experience_maker.prepare(ss, lambda values: self.estimator(rollouts, values))
-        return self.experience_maker.make_experience_batch(ss.samples), ss
+        self.experience_maker.prepare(ss)
+        experiences = self.experience_maker.score_batch(ss.samples)
+        return ScoredRollouts(experiences, ss, self.experience_maker.row_values(experiences))
+
+    def with_advantages(self, scored: ScoredRollouts,
+                        advantage_fn: Callable[[np.ndarray | None], AdvantageResult]) -> list:
+        """The scored experiences with ``advantage_fn(values)``'s advantages (and returns) on their
+        action tokens (:meth:`.experience_maker.StepExperienceMaker.compute_advantages_and_returns`)."""
+        maker = self.experience_maker
+        maker.prepare(scored.samples, advantage_fn)
+        t0 = time.time()
+        experiences = maker.compute_advantages_and_returns(scored.experiences)
+        maker.timing["adv_s"] = time.time() - t0
+        return experiences
+
+    def make_experiences(self, rollouts: RolloutBatch) -> tuple[list, StepSamples]:
+        """Experiences (old and reference log-probs, values, per-token advantages) of the rows,
+        the advantages from the configured estimator."""
+        scored = self.score(rollouts)
+        experiences = self.with_advantages(scored, lambda values: self.estimator(rollouts, values))
+        return experiences, scored.samples
 
     def train_on_rollouts(self, rollouts: RolloutBatch, global_step: int) -> tuple[dict[str, Any], int]:
-        """One update on ``rollouts``; returns (status with ``timing/*`` seconds, next global step)."""
+        """One update on ``rollouts`` (advantages from the configured estimator); returns (status
+        with ``timing/*`` seconds, next global step)."""
         experiences, ss = self.make_experiences(rollouts)
+        return self.fit(experiences, ss, global_step)
+
+    def train_on_scored(self, scored: ScoredRollouts, result: AdvantageResult,
+                        global_step: int) -> tuple[dict[str, Any], int]:
+        """One update on rows scored by :meth:`score` with the advantages of ``result``; returns
+        (status with ``timing/*`` seconds, next global step)."""
+        return self.fit(self.with_advantages(scored, lambda values: result), scored.samples, global_step)
+
+    def fit(self, experiences: list, ss: StepSamples, global_step: int) -> tuple[dict[str, Any], int]:
+        """OpenRLHF's ``ppo_train`` of the actor (and critic) on ``experiences``, then the weight
+        sync into the vLLM engines; returns (status with ``timing/*`` seconds, next global step)."""
         timing = dict(self.experience_maker.timing)
         t0 = time.time()
         refs = self.actor_model_group.async_run_method_batch(method_name="append", experience=experiences)
@@ -156,6 +190,21 @@ class StepPPOTrainer(BasePPOTrainer):
         status["samples"] = float(len(ss.samples))
         status["samples_padding"] = float(len(ss.samples) - ss.num_real)
         return status, global_step + 1
+
+
+@dataclass
+class ScoredRollouts:
+    """One batch of rows after OpenRLHF's model forwards (:meth:`StepPPOTrainer.score`).
+
+    Attributes:
+        experiences: OpenRLHF's micro-batch experiences (log-probs, values; no advantages yet).
+        samples: the :class:`.experience.StepSamples` they were made from (their map to the rows).
+        values: (rows,) float64 critic values V(s_t), or None without a critic.
+    """
+
+    experiences: list
+    samples: StepSamples
+    values: np.ndarray | None
 
 
 @dataclass
@@ -247,100 +296,70 @@ class Workers:
         return stack
 
 
-class OpenRLHFTrainer:
-    """Runs one training run of ``cfg`` on OpenRLHF into ``<output_dir>/<run_id>``.
+class OpenRLHFTrainer(TrainerBackend):
+    """The OpenRLHF backend's strategy for the training loop (:class:`..loop.TrainerBackend`).
 
     Args:
         cfg: the RunConfig (``backend=openrlhf``).
-        console: rich console for progress lines (optional).
+        alloc: the nodes of the run (:func:`.cluster.read_allocation`; default: read it).
         settings: the resource layout (default :func:`.settings.load_settings`).
-        pictures: draws the tracker pictures (:class:`g2po_bench.core.tracking.RunPictures`; optional).
         workers: where the Ray workers come from (default :class:`Workers`: OpenRLHF's on GPUs).
+        log: where this backend's own lines go (default: printed).
     """
 
-    def __init__(self, cfg: RunConfig, console=None, settings: OpenRLHFSettings | None = None,
-                 pictures: RunPictures | None = None, workers: Workers | None = None):
+    name = "openrlhf"
+
+    def __init__(self, cfg: RunConfig, *, alloc=None, settings: OpenRLHFSettings | None = None,
+                 workers: Workers | None = None, log=None):
         self.cfg = cfg
+        self.alloc = alloc if alloc is not None else read_allocation()
         self.workers = workers if workers is not None else Workers()
-        self.console = console
         self.settings = settings if settings is not None else load_settings(cfg)
-        self.lifecycle = RunLifecycle(cfg, backend="openrlhf", console=console, log=self.log, truncation_log=self.log,
-                                      write_checkpoint=self._write_checkpoint, pictures=pictures)
-        self.run: RunDir = self.lifecycle.run
-        self.progress = self.lifecycle.progress
-        self.ckpt_root = self.run.root / "checkpoints" / "openrlhf"
+        self.log = log or _printer(None)
         self.bench = get_benchmark(cfg.env.name)
         self.global_step = 0
 
-    def log(self, msg: str) -> None:
-        if self.console is not None:
-            self.console.print(msg)
-        else:
-            print(msg, flush=True)
-
-    # ------------------------------------------------------------------ main
-    def run_training(self) -> RunDir:
-        """The whole run under the lifecycle's signal policy (on node rank 0; other ranks of a
-        multi-node allocation join the head's Ray cluster instead); returns the run folder."""
-        alloc = read_allocation()
-        if alloc.multi_node and not alloc.is_head:
-            # plain Slurm (srun on every node): this rank only lends its GPUs to the head's cluster
-            self.log(f"node rank {alloc.node_rank}: joining the Ray head at {alloc.address}")
-            join_as_worker(alloc, wait_s=self.settings.node_wait_s)
-            return self.run
-        return self.lifecycle.run_guarded(lambda: self._run_head(alloc))
-
-    def _run_head(self, alloc) -> RunDir:
+    # ------------------------------------------------------------------ setup
+    def start(self, run: RunDir, progress: RunProgress) -> None:
+        """Resolve the resource layout (raises ValueError when it does not fit the GPUs) and record
+        it with the allocation in ``openrlhf.json``."""
+        self.run, self.progress = run, progress
+        self.ckpt_root = run.root / "checkpoints" / "openrlhf"
         cfg = self.cfg
-        lc = self.lifecycle
-        settings = self.workers.resolve(self.settings, needs_ref=cfg.train.kl_coef > 0, needs_critic=needs_critic(cfg))
-        lc.start()
-        atomic_write_json(self.run.root / "openrlhf.json", {
-            "settings": settings.as_dict(), "allocation": dataclasses.asdict(alloc)})
-        with lc.failing_on_error():  # a stop request goes on to RunLifecycle.run_guarded
-            with self.progress.phase("loading tasks", key="tasks"):
-                train_tasks, panel = load_task_splits(cfg, self.bench)
-                rl_pool = rl_tasks(cfg, train_tasks)  # fails here, before any work, if it is empty
-            # environment workers are forked before Ray starts threads in this process
-            with EnvPool(self.bench, cfg.env, cfg.env.num_workers) as pool:
-                model_path = self._starting_model(pool, train_tasks)
-                self.tokenizer = load_tokenizer(model_path)
-                resuming = bool(cfg.resume and (self.ckpt_root / "_actor").exists())
-                with RayCluster(alloc, address=settings.ray_address, node_wait_s=settings.node_wait_s,
-                                runtime_env=worker_runtime_env({**_extra_worker_env(), **self.workers.worker_env()}),
-                                log=self.log, **self.workers.ray_resources()):
-                    # a stop checkpoints the last complete iteration here, while the workers are up
-                    with lc.checkpoint_on_stop():
-                        with self.progress.phase("OpenRLHF workers", key="workers"):
-                            self._setup(settings, str(model_path), resuming)
-                        if not self._resume():
-                            lc.fresh_start()
-                            ev = self._evaluate(pool, panel, 0)
-                            self.log(f"evaluation before RL: success {ev['success_rate']:.1%} on "
-                                     f"{ev['num_episodes']} episodes")
-                            self._evaluate_at_train_temperature(pool, panel, 0, "before")
-                        lc.begin_training()
-                        self._loop(pool, rl_pool, panel)
-        return lc.finish()
+        self.layout = self.workers.resolve(self.settings, needs_ref=cfg.train.kl_coef > 0,
+                                           needs_critic=needs_critic(cfg))
+        run.write_json("openrlhf.json", {"settings": self.layout.as_dict(),
+                                         "allocation": dataclasses.asdict(self.alloc)})
 
-    def _starting_model(self, pool: EnvPool, train_tasks) -> Path:
-        """The starting policy (also the KL reference): ``model.path`` when it needs no warm
-        start, else the local backend's setup (tiny model and/or SFT) saved to ``reference/``."""
+    @contextlib.contextmanager
+    def session(self, pool: EnvPool, train_tasks, resume_from: Path | None) -> Iterator[dict[str, Any]]:
+        """The starting model (the local backend's warm start, saved to ``reference/``), then the
+        Ray cluster and OpenRLHF's workers on it, up until the session ends; yields the warm
+        start's figures. The environment workers were forked before Ray starts threads here."""
+        model_path, stats = self._starting_model(pool, train_tasks)
+        self.tokenizer = load_tokenizer(model_path)
+        resuming = bool(self.cfg.resume and (self.ckpt_root / "_actor").exists())
+        with RayCluster(self.alloc, address=self.layout.ray_address, node_wait_s=self.layout.node_wait_s,
+                        runtime_env=worker_runtime_env({**_extra_worker_env(), **self.workers.worker_env()}),
+                        log=self.log, **self.workers.ray_resources()):
+            with self.progress.phase("OpenRLHF workers", key="workers"):
+                self._setup(self.layout, str(model_path), resuming)
+            yield stats
+
+    def _starting_model(self, pool: EnvPool, train_tasks) -> tuple[Path, dict[str, Any]]:
+        """The starting policy (also the KL reference) and the set-up figures: ``model.path`` when
+        it needs no warm start, else the local backend's (tiny model and/or SFT) saved to ``reference/``."""
         cfg = self.cfg
         ref_dir = self.run.root / "reference"
         if cfg.resume and (ref_dir / "config.json").exists():
-            return ref_dir
+            return ref_dir, {}
         if cfg.model.path is not None and cfg.train.sft_epochs == 0:
-            return Path(cfg.model.path)
-
-        local = LocalTrainer(dataclasses.replace(cfg, resume=False), console=self.console)
-        t0 = time.time()
-        stats = local._setup_model(pool, train_tasks)
-        self.lifecycle.write_setup(stats, t0)
-        del local
+            return Path(cfg.model.path), {}
+        model, _, stats = starting_policy(cfg, pool, self.bench, train_tasks, self.run, self.progress)
+        del model
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-        return ref_dir
+        return ref_dir, stats
 
     def _setup(self, settings: OpenRLHFSettings, model_path: str, resuming: bool) -> None:
         from openrlhf.utils import get_strategy
@@ -349,7 +368,7 @@ class OpenRLHFTrainer:
         argv = build_argv(cfg, settings, model_path=model_path, ckpt_path=str(self.ckpt_root), resume=resuming)
         messages: list[str] = []
         self.args = parse_openrlhf_args(argv, messages)
-        atomic_write_text(self.run.root / "openrlhf_args.txt", " ".join(argv) + "\n")
+        self.run.write_text("openrlhf_args.txt", " ".join(argv) + "\n")
         for m in messages:
             self.log(f"OpenRLHF: {m}")
         strategy = get_strategy(self.args)
@@ -362,8 +381,21 @@ class OpenRLHFTrainer:
         self.policy = EnginePolicy(self.stack.engines, self.tokenizer, max_prompt_tokens=cfg.train.max_prompt_tokens,
                                    sampling_params=self.stack.sampling_params)
 
+    def load(self, checkpoint: Path | None) -> dict[str, Any] | None:
+        """The trainer state in the DeepSpeed checkpoint's client state (what ``resume=true``
+        loaded into the workers at set-up; the engines then get the actor's weights); None when
+        starting fresh."""
+        if not self.args.ckpt.load_enable:
+            return None
+        state = ray.get(self.stack.actor.async_run_method("get_checkpoint_states"))[0] or {}
+        if "g2po_iteration" not in state:
+            return None
+        self.global_step = int(state.get("global_step", state["g2po_iteration"]))
+        self.trainer.broadcast_to_vllm()  # the engines start from the base weights
+        return {**state, "iteration": int(state["g2po_iteration"])}
+
     @contextlib.contextmanager
-    def _awake(self):
+    def generating(self) -> Iterator[None]:
         """vLLM engines awake (weights and KV cache) while the rollout engine uses them."""
         from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call
 
@@ -376,86 +408,42 @@ class OpenRLHFTrainer:
             if sleep:
                 batch_vllm_engine_call(self.stack.engines, "sleep")
 
-    # ------------------------------------------------------------------ loop
-    def _loop(self, pool: EnvPool, train_tasks, panel) -> None:
-        cfg = self.cfg
-        lc = self.lifecycle
-        total = cfg.train.iterations
-        for it in range(lc.start_iteration, total + 1):
-            check_stop()
-            with self.progress.phase(f"RL iteration {it}/{total}", key="RL iterations", announce=False):
-                rec = self._iteration(pool, train_tasks, it)
-            if cfg.eval.every and it % cfg.eval.every == 0 or it == total:
-                rec.update(eval_metrics(self._evaluate(pool, panel, it)))
-            if it == total:
-                self._evaluate_at_train_temperature(pool, panel, it, "final")
-            lc.console_line(_summary(rec, total))
-            lc.end_iteration(rec)
+    # ------------------------------------------------------------------ one iteration
+    def values(self, rollouts: RolloutBatch) -> np.ndarray | None:
+        """OpenRLHF's model forwards on the rows (:meth:`StepPPOTrainer.score`, kept for
+        :meth:`update`); returns the critic's values (None without a critic)."""
+        self._scored = self.trainer.score(rollouts)
+        return self._scored.values
 
-    def _iteration(self, pool: EnvPool, train_tasks, it: int) -> dict[str, Any]:
-        cfg = self.cfg
-        t0 = time.time()
-        with self._awake():
-            rb = training_rollouts(cfg, self.policy, pool, self.bench, train_tasks, it)
-        t_roll = time.time()
-        check_stop()  # a stop requested during the rollouts abandons the iteration here
-        self.lifecycle.update_started()  # the update changes the actor: no longer the state of iteration it-1
-        status, self.global_step = self.trainer.train_on_rollouts(rb, self.global_step)
-        maker = self.trainer.experience_maker
-        result = maker.result
+    def update(self, rollouts: RolloutBatch, result: AdvantageResult, values: np.ndarray | None,
+               iteration: int) -> dict[str, Any]:
+        """OpenRLHF's update of the actor (and critic) on the rows scored by :meth:`values` with
+        ``result``'s advantages, then the weight sync; returns ``logprob_s`` (the forwards of
+        :meth:`values`), ``update_s`` (the DeepSpeed ``fit``), ``sync_s``, the padding samples and
+        OpenRLHF's status under the local backend's names (:data:`_METRIC_NAMES`)."""
+        scored, self._scored = self._scored, None
+        status, self.global_step = self.trainer.train_on_scored(scored, result, self.global_step)
         rec: dict[str, Any] = {
-            "iteration": it,
-            "iter_s": time.time() - t0,
-            "rollout_s": t_roll - t0,
             "logprob_s": status.pop("timing/logprob_s", 0.0),
-            "adv_s": status.pop("timing/adv_s", 0.0),
             "update_s": status.pop("timing/update_s", 0.0),
             "sync_s": status.pop("timing/sync_s", 0.0),
-            **rollout_metrics(rb),
             "train/padding_samples": status.pop("samples_padding", 0.0),
-            **{f"adv/{k}": v for k, v in (result.diagnostics if result is not None else {}).items()},
         }
+        status.pop("timing/adv_s", None)  # attaching the advantages: part of the loop's adv_s
         for k, v in status.items():  # the local backend's names where the quantity is the same
             if k != "samples":
                 rec[_METRIC_NAMES.get(k, f"openrlhf/{k}")] = v
-        if result is not None:
-            rec.update(self.lifecycle.record_step_table(rb, result, it, maker.values))
-        self.lifecycle.truncation.observe(rec, it)
         return rec
 
-    # ------------------------------------------------------------------ evaluation
-    def _evaluate(self, pool: EnvPool, panel, iteration: int) -> dict[str, Any]:
-        n = len(panel) * self.cfg.eval.episodes_per_task
-        with self.progress.phase(f"evaluation at iteration {iteration} ({n} episodes)", key="evaluation"), \
-                self._awake():
-            ev = evaluate_panel(self.cfg, self.policy, pool, self.bench, panel, iteration)
-        return self.lifecycle.record_evaluation(ev)
-
-    def _evaluate_at_train_temperature(self, pool: EnvPool, panel, iteration: int, which: str) -> None:
-        """``eval.at_train_temperature``: the panel at ``train.temperature`` (same evaluation seed),
-        recorded as ``eval.json`` ``at_train_temperature[which]`` ("before" or "final"), as the
-        local backend does."""
-        lc = self.lifecycle
-        if not train_temperature_eval_due(self.cfg, lc.train_temperature_evals, which, iteration):
-            return
-        with self.progress.phase(f"evaluation at the training temperature, iteration {iteration}",
-                                 key="evaluation"), self._awake():
-            ev = evaluate_panel(at_train_temperature(self.cfg), self.policy, pool, self.bench, panel, iteration)
-        lc.record_train_temperature_evaluation(which, ev)
-        self.log(f"held-out success at the training temperature {self.cfg.train.temperature:g} ({which}): "
-                 f"{ev['success_rate']:.1%} on {ev['num_episodes']} episodes")
-
     # ------------------------------------------------------------------ checkpoints
-    def _write_checkpoint(self, staging: Path, it: int, trainer_state: dict[str, Any]) -> dict[str, Any]:
-        """The OpenRLHF part of a checkpoint (:data:`.lifecycle.CheckpointWriter`): DeepSpeed
+    def save(self, staging: Path, iteration: int, trainer_state: dict[str, Any]) -> dict[str, Any]:
+        """The OpenRLHF part of a checkpoint (:data:`..lifecycle.CheckpointWriter`): DeepSpeed
         checkpoints of the actor (and critic) with the trainer state as client state (what
         ``resume`` loads), and the actor's HF export as ``policy/`` (for ``g2po eval`` and the
         sweeps launcher)."""
-        tag = f"iter{it}"
-        state = {"g2po_iteration": it, "global_step": self.global_step,
-                 "eval_history": trainer_state["eval_history"],
-                 "train_temperature_evals": trainer_state["train_temperature_evals"],
-                 "elapsed_s": trainer_state["elapsed_s"]}
+        tag = f"iter{iteration}"
+        state = {"g2po_iteration": iteration, "global_step": self.global_step,
+                 **{k: v for k, v in trainer_state.items() if k != "iteration"}}
         refs = self.stack.actor.async_run_method("save_checkpoint", tag=tag, client_states=state)
         if self.stack.critic is not None:
             refs.extend(self.stack.critic.async_run_method("save_checkpoint", tag=tag))
@@ -466,18 +454,6 @@ class OpenRLHFTrainer:
         for old in self.ckpt_root.glob("iter*_hf"):
             shutil.rmtree(old, ignore_errors=True)
         return {"backend": "openrlhf", "deepspeed_checkpoint": str(self.ckpt_root), "tag": tag}
-
-    def _resume(self) -> bool:
-        """Continue from the DeepSpeed checkpoint's client state; False when starting fresh."""
-        if not self.args.ckpt.load_enable:
-            return False
-        state = ray.get(self.stack.actor.async_run_method("get_checkpoint_states"))[0] or {}
-        if "g2po_iteration" not in state:
-            return False
-        self.global_step = int(state.get("global_step", state["g2po_iteration"]))
-        self.lifecycle.resume({**state, "iteration": int(state["g2po_iteration"])})
-        self.trainer.broadcast_to_vllm()  # the engines start from the base weights
-        return True
 
 
 _METRIC_NAMES = {
@@ -499,20 +475,36 @@ def _max_steps(args, cfg: RunConfig) -> int:
     return max(1, cfg.train.iterations * args.train.max_epochs * -(-rows // args.train.batch_size))
 
 
-def _summary(rec: dict[str, Any], total: int) -> str:
-    msg = (f"iteration {rec['iteration']}/{total}: success {rec['train/success_rate']:.0%}, "
-           f"{rec['iter_s']:.1f} s (generation {rec['rollout_s']:.1f}, log-probs {rec['logprob_s']:.1f}, "
-           f"advantages {rec['adv_s']:.2f}, update {rec['update_s']:.1f}, sync {rec['sync_s']:.1f})")
-    if "eval/success_rate" in rec:
-        msg += f"; eval {rec['eval/success_rate']:.0%}"
-    return msg
+def _printer(console):
+    """Print a line on ``console`` (plainly without one): this backend's lines are shown in every case."""
+    if console is not None:
+        return lambda msg: console.print(msg, highlight=False, markup=False, soft_wrap=True)
+    return lambda msg: print(msg, flush=True)
 
 
-def train(cfg: RunConfig, console=None, pictures: RunPictures | None = None) -> RunDir:
-    """Run the OpenRLHF backend on ``cfg``; returns the run folder.
+def train(cfg: RunConfig, console=None, pictures: RunPictures | None = None,
+          workers: Workers | None = None) -> RunDir:
+    """Run the OpenRLHF backend on ``cfg`` (the training loop with :class:`OpenRLHFTrainer`, on node
+    rank 0; the other ranks of a multi-node allocation join the head's Ray cluster instead);
+    returns the run folder.
+
+    Args:
+        cfg: the RunConfig (``backend=openrlhf``).
+        console: rich console for progress lines (optional).
+        pictures: draws the tracker pictures (optional).
+        workers: where the Ray workers come from (default :class:`Workers`: OpenRLHF's on GPUs; the
+            tests inject CPU stand-ins here).
 
     Raises:
         g2po_bench.runtime.shutdown.Interrupted: stopped by SIGTERM/SIGINT/the preemption
             signal (status 128 + signal; the run folder says ``interrupted``), as on the local backend.
     """
-    return OpenRLHFTrainer(cfg, console=console, pictures=pictures).run_training()
+    log = _printer(console)
+    alloc = read_allocation()
+    if alloc.multi_node and not alloc.is_head:
+        # plain Slurm (srun on every node): this rank only lends its GPUs to the head's cluster
+        log(f"node rank {alloc.node_rank}: joining the Ray head at {alloc.address}")
+        join_as_worker(alloc, wait_s=(load_settings(cfg)).node_wait_s)
+        return RunDir(run_folder(cfg))
+    backend = OpenRLHFTrainer(cfg, alloc=alloc, workers=workers, log=log)
+    return TrainingLoop(cfg, backend, console=console, pictures=pictures, log=log).run()
