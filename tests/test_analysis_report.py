@@ -400,3 +400,23 @@ def test_a_tiny_baseline_row_is_marked_and_kept_out_of_the_step_level_table(tmp_
             "valid_seen split, 50 steps)") in text
     step = res.tables["step_2026"]
     assert {m for _, m in step.rows} == {"GRPO", "GiGPO", "GraphGPO", "HGPO", "CRBC", "G2PO"}
+
+
+def test_the_committed_ablation_report_is_what_the_committed_runs_give(tmp_path, capsys):
+    """results/proxy/ablation/report is `g2po report results/proxy/ablation/runs results/proxy/sweep/runs
+    --methods G2PO GRPO` on the committed runs: regenerated here, its paired differences and
+    improvements equal the committed CSVs (same bootstrap seed)."""
+    from g2po_bench.cli import main as g2po_main
+
+    root = COMMITTED.parents[1]
+    committed = root / "ablation" / "report"
+    out = tmp_path / "report"
+    assert g2po_main(["report", str(root / "ablation" / "runs"), str(COMMITTED), "--methods", "G2PO", "GRPO",
+                      "--out", str(out), "--no-figures"]) == 0
+    capsys.readouterr()
+    for name in ("differences.csv", "differences_at_train_temperature.csv", "improvement.csv",
+                 "improvement_at_train_temperature.csv"):
+        got, want = pd_read(out / name), pd_read(committed / name)
+        assert got.equals(want), name
+    diff = pd_read(committed / "differences.csv").set_index(["method_label", "baseline_label"])
+    assert diff.loc[("G2PO [aggregation=false]", "G2PO"), "difference"] == pytest.approx(-4.83, abs=0.01)

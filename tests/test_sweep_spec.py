@@ -373,3 +373,30 @@ def test_a_credit_block_belongs_to_a_credit_spec(tmp_path):
     path.write_text(yaml.safe_dump({"kind": "credit", "credit": {"groups": 2}, "grid": {"algorithm.name": ["grpo"]}}))
     with pytest.raises(SpecError, match="not from base/grid/runs"):
         load_spec(path)
+
+
+# the committed ablation runs (results/proxy/ablation/runs): ablated method -> seeds
+COMMITTED_CPU_ABLATION = {"g2po_no_aggregation": range(5)}
+
+
+def test_the_committed_ablation_runs_are_the_specs_finished_runs():
+    """Every run folder of results/proxy/ablation/runs is planned by the cpu_ablation spec (as an
+    ablated cell, never one of the cpu_proxy cells it reuses), hashes to its folder's name and finished
+    its 54 iterations on a clean commit; the committed cells are those listed above."""
+    import json
+    from pathlib import Path
+
+    from g2po_bench.core.config import resolve_run_id
+    from g2po_bench.runconfig import load_config
+
+    runs = Path(__file__).resolve().parents[1] / "results" / "proxy" / "ablation" / "runs"
+    planned = {r.run_id: (r.labels["method"], r.seed) for r in expand(load_spec("cpu_ablation"))}
+    ids = sorted(p.name for p in runs.iterdir() if p.is_dir())
+    assert sorted(planned[i] for i in ids) == sorted(
+        (m, s) for m, seeds in COMMITTED_CPU_ABLATION.items() for s in seeds), sorted(set(ids) - set(planned))
+    for run_id in ids:
+        cfg = load_config(runs / run_id / "config.yaml")
+        cfg.run_id = None
+        assert resolve_run_id(cfg) == run_id
+        status = json.loads((runs / run_id / "status.json").read_text())
+        assert status["state"] == "done" and status["iteration"] == 54 and not status["code"]["dirty"]
