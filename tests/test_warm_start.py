@@ -23,7 +23,8 @@ def test_key_ignores_seed_estimator_and_rl_settings_but_not_the_warm_start_setti
     same = [_cfg(tmp_path, "seed=7"), _cfg(tmp_path, "algorithm.name=grpo"), _cfg(tmp_path, "train.lr=1e-5"),
             _cfg(tmp_path, "eval.num_tasks=3"), _cfg(tmp_path, "train.iterations=9"),
             _cfg(tmp_path, "model.num_threads=2"), _cfg(tmp_path, "env.generated_dir=/elsewhere"),
-            _cfg(tmp_path, "env.webshop_reward=lenient"), _cfg(tmp_path, "env.num_workers=2"),
+            _cfg(tmp_path, "env.webshop_reward=lenient"), _cfg(tmp_path, "env.webshop_expert=instruction"),
+            _cfg(tmp_path, "env.num_workers=2"),
             _cfg(tmp_path, "env.stop_after_refusals=0")]
     for cfg in same:
         assert warm_start_key(cfg) == warm_start_key(base)
@@ -31,13 +32,17 @@ def test_key_ignores_seed_estimator_and_rl_settings_but_not_the_warm_start_setti
              _cfg(tmp_path, "model.hidden_size=64"), _cfg(tmp_path, "env.max_steps=5"),
              _cfg(tmp_path, "train.warm_start_seed=1"), _cfg(tmp_path, "env.history_length=1"),
              _cfg(tmp_path, "train.sft_stall_prob=0.2"), _cfg(tmp_path, "train.sft_recovery_prob=0.5"),
-             _cfg(tmp_path, "train.sft_detour_open_prob=0.5")]
+             _cfg(tmp_path, "train.sft_detour_open_prob=0.5"), _cfg(tmp_path, "train.sft_micro_batch_size=4"),
+             _cfg(tmp_path, "train.sft_first_step_tasks=10"), _cfg(tmp_path, "model.item_tokens=true")]
     keys = {warm_start_key(c) for c in other}
     assert warm_start_key(base) not in keys and len(keys) == len(other)
     assert warm_start_settings(base)["train"]["sft_epochs"] == 2
     # options added later stay out of the key at their neutral value (older caches stay valid)
     assert "sft_stall_prob" not in warm_start_settings(base)["train"]
     assert "sft_detour_open_prob" not in warm_start_settings(_cfg(tmp_path, "train.sft_detour_open_prob=0"))["train"]
+    settings = warm_start_settings(base)
+    assert {"sft_micro_batch_size", "sft_first_step_tasks"}.isdisjoint(settings["train"])
+    assert "item_tokens" not in settings["model"]
 
 
 def _weights(path):

@@ -164,6 +164,21 @@ def demonstration_tasks(cfg, train_tasks: list) -> list:
     return [train_tasks[i] for i in sorted(set(idx.tolist()))]
 
 
+def first_step_tasks(cfg, train_tasks: list) -> list:
+    """The training tasks whose expert's *first* step alone the warm start imitates besides the
+    whole demonstrations (``train.sft_first_step_tasks``): at most that many of ``train_tasks``
+    without those of :func:`demonstration_tasks`, evenly spaced over them (deterministic)."""
+    k = cfg.train.sft_first_step_tasks
+    if k <= 0:
+        return []
+    whole = {t.task_id for t in demonstration_tasks(cfg, train_tasks)}
+    rest = [t for t in train_tasks if t.task_id not in whole]
+    if len(rest) <= k:
+        return rest
+    idx = np.linspace(0, len(rest) - 1, k).round().astype(int)
+    return [rest[i] for i in sorted(set(idx.tolist()))]
+
+
 def rl_tasks(cfg, train_tasks: list) -> list:
     """The tasks RL draws its groups from (``train.rl_tasks``): all of ``train_tasks``, or with
     ``"without_demos"`` those :func:`demonstration_tasks` left out, in their order.

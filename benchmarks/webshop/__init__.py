@@ -25,13 +25,23 @@ from __future__ import annotations
 
 from g2po_bench.benchmarks.base import Benchmark
 from g2po_bench.benchmarks.webshop.bench import main as speed_benchmark_main
-from g2po_bench.benchmarks.webshop.catalog import Catalog, DataSource
+from g2po_bench.benchmarks.webshop.catalog import (
+    Catalog,
+    DataSource,
+    default_cache_root,
+    get_catalog,
+)
 from g2po_bench.benchmarks.webshop.download import download_webshop
 from g2po_bench.benchmarks.webshop.env import WebShopEnv
-from g2po_bench.benchmarks.webshop.expert import expert_actions
+from g2po_bench.benchmarks.webshop.expert import EXPERT_MODES, expert_actions
 from g2po_bench.benchmarks.webshop.goals import Goal
 from g2po_bench.benchmarks.webshop.nouns import NounExtractorError, check_noun_extractor
-from g2po_bench.benchmarks.webshop.prompt import build_prompt, expert_response, format_observation
+from g2po_bench.benchmarks.webshop.prompt import (
+    PROMPT_STYLES,
+    build_prompt,
+    expert_response,
+    format_observation,
+)
 from g2po_bench.benchmarks.webshop.tasks import (
     PROJECTION,
     TASK_TYPES,
@@ -88,6 +98,7 @@ class WebShopBenchmark(Benchmark):
     name = "webshop"
     task_types = TASK_TYPES
     projection = PROJECTION
+    prompt_styles = PROMPT_STYLES  # reference (the default, real models) and compact (the tiny CPU model)
     agent_intro = (
         'You are an expert autonomous agent operating in the WebShop e-commerce environment. You '
         'buy the product that matches an instruction by searching and clicking: search[<query>] on '
@@ -109,12 +120,13 @@ class WebShopBenchmark(Benchmark):
 
     def validate_config(self, cfg) -> None:
         """The base checks, the observation mode, the reward and its noun extractor (a missing
-        spaCy model fails here, never falls back)."""
+        spaCy model fails here, never falls back), the warm start's expert."""
         super().validate_config(cfg)
         env = cfg.env
         require(env.webshop_observation_mode in ("text", "text_rich"), "env.webshop_observation_mode",
                 "choose text or text_rich")
         require(env.webshop_reward in ("original", "lenient"), "env.webshop_reward", "choose original or lenient")
+        require(env.webshop_expert in EXPERT_MODES, "env.webshop_expert", f"choose {' or '.join(EXPERT_MODES)}")
         try:
             check_noun_extractor(env.webshop_nouns)
         except NounExtractorError as exc:
@@ -122,6 +134,12 @@ class WebShopBenchmark(Benchmark):
 
     def download(self, dest):
         return download_webshop(dest)
+
+    def tokenizer_words(self, cfg):
+        """The catalogue's product ids, as results pages show them (``B07XTK3P89``) and in lower
+        case (``click[b07xtk3p89]`` as the projection records an action), in catalogue order."""
+        catalog = get_catalog(source_for(cfg), cache_root=str(default_cache_root(cfg.cache_dir)))
+        return [a for p in catalog.products for a in (p.asin, p.asin.lower())]
 
     def make_state_key_rule(self, rule):
         """WebShop keys the page text after the instruction (``"reference"``) or the whole

@@ -14,7 +14,9 @@ at the start; the argument is lowercased):
   (item page), an option value (sets that option, item page again), ``buy now`` (done:
   reward, end of episode).
 - Anything else is invalid: the state and the observation stay as they were, reward 0,
-  the episode goes on (``info["valid"]`` is False).
+  the episode goes on (``info["valid"]`` is False, and ``info["refused"]`` True: the rollout
+  engine's ``env.stop_after_refusals`` may end an episode stuck on refused actions; the
+  reference, and the WebShop GPU presets, never end one for that).
 
 Not reproduced: the debugging search prefixes ``<r>``, ``<a>``, ``<c>``, ``<q>`` (plain text
 here), the ``Attributes`` sub-page (off by default in the original, ``show_attrs=False``).
@@ -32,7 +34,7 @@ as the original); ``state_key`` = the page text after the instruction as verl-ag
 ``format_obs`` writes it (``state_key="reference"``; :func:`g2po_bench.benchmarks.webshop.prompt.format_observation`)
 or the full observation (``state_key="raw"``); ``reward`` = the purchase reward in [0, 1]
 on ``buy now`` else 0; ``won`` = done and reward == 1.0; ``info``: ``page``, ``valid``,
-and on purchase ``score`` (reward x 100), ``task_score`` (reward), ``asin``, ``options``,
+``refused`` (= not ``valid``), and on purchase ``score`` (reward x 100), ``task_score`` (reward), ``asin``, ``options``,
 ``reward_info`` (terms) and ``noun_extractor``. The episode reward of the trainer (10 on
 success, else 0) and the step limit (15) are the rollout engine's business.
 """
@@ -310,7 +312,7 @@ class WebShopEnv(Environment):
         text = self.render()
         instruction = self.goal.instruction_text.strip()  # as shown (a stripped text node)
         key = format_observation(text, instruction) if self.state_key_rule == "reference" else text
-        info: dict[str, Any] = {"page": self.page.kind, "valid": valid}
+        info: dict[str, Any] = {"page": self.page.kind, "valid": valid, "refused": not valid}
         if extra:
             info.update(extra)
         return Observation(
