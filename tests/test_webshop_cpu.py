@@ -159,20 +159,25 @@ def test_sft_micro_batches_take_the_same_optimizer_steps(tmp_path):
 
 
 def test_item_ids_are_single_tokens():
-    tok = train_tokenizer(["click[B07XTK3P89] a red hat"] * 20, 300, words=["B07XTK3P89", "b07xtk3p89", "B07XTK3P89"])
-    ids = tok("click[B07XTK3P89] then click[b07xtk3p89]", add_special_tokens=False)["input_ids"]
+    words = ["B07XTK3P89", "b07xtk3p89", "B07XTK3P89", "x-large", "xx-large", "red"]
+    tok = train_tokenizer(["click[B07XTK3P89] a red hat"] * 20, 300, words=words)
+    text = "click[B07XTK3P89] then click[b07xtk3p89], size: xx-large, and color: red, reddish x-large"
+    ids = tok(text, add_special_tokens=False)["input_ids"]
     pieces = tok.convert_ids_to_tokens(ids)
-    assert "B07XTK3P89" in pieces and "b07xtk3p89" in pieces
-    assert tok.decode(ids) == "click[B07XTK3P89] then click[b07xtk3p89]"
+    assert {"B07XTK3P89", "b07xtk3p89", "xx-large", "x-large", "red"} <= set(pieces)
+    assert pieces.count("red") == 1 and pieces.count("x-large") == 1  # whole words only, the longest match
+    assert tok.decode(ids) == text
     plain = train_tokenizer(["click[B07XTK3P89] a red hat"] * 20, 300)
     assert len(plain("B07XTK3P89", add_special_tokens=False)["input_ids"]) > 1
-    assert len(tok) == len(plain) + 2  # duplicates once
+    assert len(tok) == len(plain) + 4  # duplicates once; "red", a token of the BPE already, keeps its id
 
 
-def test_webshop_tokenizer_words_are_the_catalogues_ids_in_both_cases(synthetic):
+def test_webshop_tokenizer_words_are_the_catalogues_ids_in_both_cases_and_its_option_values(synthetic):
     words = ws.BENCHMARK.tokenizer_words(synthetic)
     catalog = get_catalog(ws.source_for(synthetic), cache_root=str(default_cache_root(synthetic.cache_dir)))
     asins = [p.asin for p in catalog.products]
-    assert words[:2] == [asins[0], asins[0].lower()] and len(words) == 2 * len(asins)
+    values = list(dict.fromkeys(v for p in catalog.products for vs in p.options.values() for v in vs))
+    assert words[:2] == [asins[0], asins[0].lower()] and words == [*words[:2 * len(asins)], *values]
+    assert len(words) == 2 * len(asins) + len(values) and values
     with pytest.raises(ConfigError, match="model.item_tokens"):
         load_config(None, ["env.name=webshop", "model.item_tokens=true", "model.path=/"])

@@ -136,10 +136,13 @@ class WebShopBenchmark(Benchmark):
         return download_webshop(dest)
 
     def tokenizer_words(self, cfg):
-        """The catalogue's product ids, as results pages show them (``B07XTK3P89``) and in lower
-        case (``click[b07xtk3p89]`` as the projection records an action), in catalogue order."""
+        """What a policy copies into its clicks: the catalogue's product ids, as results pages show
+        them (``B07XTK3P89``) and in lower case (``click[b07xtk3p89]``, as the projection records an
+        action), then its option values (``x-large``, ``28" x 28"``: an instruction names them and
+        an item page lists them), each in catalogue order."""
         catalog = get_catalog(source_for(cfg), cache_root=str(default_cache_root(cfg.cache_dir)))
-        return [a for p in catalog.products for a in (p.asin, p.asin.lower())]
+        ids = [a for p in catalog.products for a in (p.asin, p.asin.lower())]
+        return ids + list(dict.fromkeys(v for p in catalog.products for vs in p.options.values() for v in vs))
 
     def make_state_key_rule(self, rule):
         """WebShop keys the page text after the instruction (``"reference"``) or the whole

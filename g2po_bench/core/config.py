@@ -188,10 +188,11 @@ class ModelConfig:
     intermediate_size: int = 256  # tiny model: MLP width
     vocab_size: int = 1024  # tiny model: byte-level BPE vocabulary size
     max_position_embeddings: int = 1024  # tiny model: longest sequence, tokens
-    # tiny model: its tokenizer keeps each item id of the benchmark as one token, added to the BPE
-    # (Benchmark.tokenizer_words; WebShop: the catalogue's product ids, as pages show them and in
-    # lower case). Off, the BPE cuts an id such as B07XTK3P89 into about 6 pieces, and a 2-layer
-    # model trained from scratch copies them from a results page poorly (docs/webshop-cpu.md)
+    # tiny model: its tokenizer keeps each string a policy of the benchmark copies into its actions as
+    # one token, added to the BPE (Benchmark.tokenizer_words; WebShop: the catalogue's product ids,
+    # as pages show them and in lower case, and its option values). Off, the BPE cuts an id such as
+    # B07XTK3P89 into about 6 pieces, and a 2-layer model trained from scratch copies them from a
+    # results page poorly (docs/webshop-cpu.md)
     item_tokens: bool = False
     dtype: str = "float32"  # "float32" | "bfloat16"
     device: str = "auto"  # "auto" | "cpu" | "cuda"

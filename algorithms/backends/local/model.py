@@ -47,9 +47,10 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int, words: Iterable[str]
     Args:
         corpus: training text.
         vocab_size: vocabulary size of the BPE, including the special tokens and the 256 byte symbols.
-        words: strings that become one token each wherever they occur, added after the BPE
-            (``tokenizers`` added tokens, matched before pre-tokenization; duplicates once):
-            a benchmark's item ids (:meth:`g2po_bench.benchmarks.base.Benchmark.tokenizer_words`).
+        words: strings that become one token each wherever they occur as whole words (not
+            inside a longer word; the longest match wins), added after the BPE (``tokenizers``
+            added tokens, matched before pre-tokenization; duplicates once): the strings a
+            benchmark's policy copies (:meth:`g2po_bench.benchmarks.base.Benchmark.tokenizer_words`).
 
     Returns:
         The tokenizer (``len(tokenizer)`` <= ``vocab_size`` + the number of distinct ``words``;
@@ -70,7 +71,7 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int, words: Iterable[str]
     tok.train_from_iterator(list(corpus), trainer=trainer)
     extra = list(dict.fromkeys(w for w in words if w))
     if extra:
-        tok.add_tokens([AddedToken(w, normalized=False) for w in extra])
+        tok.add_tokens([AddedToken(w, normalized=False, single_word=True) for w in extra])
     hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, **SPECIAL_TOKENS)
     hf_tok.padding_side = "left"
     return hf_tok
