@@ -42,7 +42,7 @@ from g2po_bench.core.steptable import BASE_COLUMNS, write_step_table
 
 __all__ = ["STALE_SAMPLER_GAP", "StaleSamplerWarning", "SamplerGapMonitor", "needs_critic", "estimator_options", "estimator_inputs_of",
            "step_advantages", "eval_summary", "eval_record",
-           "at_train_temperature", "train_temperature_eval_due", "load_task_splits",
+           "at_train_temperature", "train_temperature_eval_due", "load_task_splits", "training_tasks",
            "training_rollouts", "training_rollout_settings", "evaluate_panel", "record_evaluation",
            "rollout_metrics", "eval_metrics",
            "step_table_columns", "record_step_table", "ACTION_CHARS", "TruncationWarnings",
@@ -138,15 +138,22 @@ def eval_record(cfg, history: list[dict[str, Any]], train_temperature_evals: dic
     return rec
 
 
+def training_tasks(cfg, bench) -> list:
+    """The training tasks of ``cfg.env``: ``cfg.env.train_split`` in the benchmark's order, its
+    first ``cfg.env.max_train_tasks`` only when that is > 0 (tests and quick studies)."""
+    tasks = bench.load_tasks(cfg.env, cfg.env.train_split)
+    return tasks[:cfg.env.max_train_tasks] if cfg.env.max_train_tasks > 0 else tasks
+
+
 def load_task_splits(cfg, bench) -> tuple[list, list]:
-    """(training tasks, evaluation panel) of ``cfg.env``: ``cfg.env.train_split`` whole and
-    the panel of ``cfg.eval.num_tasks`` tasks of ``cfg.env.eval_split``
+    """(training tasks, evaluation panel) of ``cfg.env``: :func:`training_tasks` and the panel of
+    ``cfg.eval.num_tasks`` tasks of ``cfg.env.eval_split``
     (:func:`g2po_bench.benchmarks.evaluation.select_panel`).
 
     Raises:
         ValueError: the training split holds no task.
     """
-    train_tasks = bench.load_tasks(cfg.env, cfg.env.train_split)
+    train_tasks = training_tasks(cfg, bench)
     if not train_tasks:
         raise ValueError(f"no training tasks in split {cfg.env.train_split!r}")
     panel = select_panel(bench.load_tasks(cfg.env, cfg.env.eval_split), cfg.eval.num_tasks)

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from g2po_bench.algorithms.backends.common import rl_tasks
+from g2po_bench.algorithms.backends.common import rl_tasks, training_tasks
 from g2po_bench.algorithms.backends.progress import RunProgress
 from g2po_bench.analysis.credit.record import CREDIT_FILE, study_record, write_record
 from g2po_bench.analysis.credit.report import ceiling_line, write_study_report
@@ -179,7 +179,7 @@ def run_study_command(args, console) -> tuple[Path, dict[str, Any]]:
 
         torch.set_num_threads(torch_threads(cfg))
     with progress.phase("loading tasks", key="tasks"):
-        train_tasks = bench.load_tasks(cfg.env, cfg.env.train_split)
+        train_tasks = training_tasks(cfg, bench)
         pool_tasks = rl_tasks(cfg, train_tasks) if args.split is None else bench.load_tasks(cfg.env, args.split)
         try:
             tasks = choose_tasks(pool_tasks, settings.groups, settings.seed)

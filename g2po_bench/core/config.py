@@ -84,6 +84,7 @@ class EnvConfig:
     train_split: str = "train"  # split the RL and warm-start tasks come from
     eval_split: str = "valid_seen"  # held-out split of the evaluation panel
     task_types: list[str] = field(default_factory=list)  # empty = all task types
+    max_train_tasks: int = 0  # train on the first N tasks of train_split only (0 = all): tests, quick studies
     max_steps: int = 15  # step limit of an episode (environment steps, counted from its start)
     # "auto": the estimator's reference key (GiGPO: "raw", the raw observation; G2PO and the
     # rest: "reference"); load_config resolves it, so the saved config records the key used
@@ -525,6 +526,7 @@ def validate_config(cfg: RunConfig) -> None:
     need = require
     need(cfg.env.state_key in ("auto", "reference", "raw"), "env.state_key", "choose auto, reference or raw")
     need(cfg.env.max_steps >= 1, "env.max_steps", "must be >= 1")
+    need(cfg.env.max_train_tasks >= 0, "env.max_train_tasks", "must be >= 0 (0 = the whole training split)")
     need(cfg.env.history_length >= 0, "env.history_length", "must be >= 0")
     need(cfg.env.stop_after_refusals >= 0, "env.stop_after_refusals", "must be >= 0 (0 = off)")
     need(cfg.env.generated_train_games >= 0, "env.generated_train_games", "must be >= 0")
@@ -634,6 +636,7 @@ HASH_NEUTRAL_DEFAULTS: dict[str, Any] = {
     "train.sft_micro_batch_size": 0,
     "model.item_tokens": False,
     "train.sft_first_step_tasks": 0,
+    "env.max_train_tasks": 0,
 }
 
 

@@ -78,6 +78,8 @@ _NOT_WARM_START_ENV = ("eval_split", "num_workers", "worker_max_episodes", "gene
 #: so they stay out of the key and the caches built before them remain valid
 _NEUTRAL_SFT = {"sft_stall_prob": 0.0, "sft_recovery_prob": 0.0, "sft_detour_open_prob": 0.0,
                 "sft_micro_batch_size": 0, "sft_first_step_tasks": 0}
+#: env options added after warm starts were cached, left out of the key at these neutral values
+_NEUTRAL_ENV = {"max_train_tasks": 0}
 #: model options added after warm starts were cached, left out of the key at these neutral values
 _NEUTRAL_MODEL = {"item_tokens": False}
 #: settings of one benchmark (``<name>_...``) do not change another benchmark's warm start
@@ -96,7 +98,7 @@ def warm_start_settings(cfg) -> dict[str, Any]:
     d = config_to_dict(cfg)
     name = d["env"]["name"]
     env = {k: v for k, v in d["env"].items()
-           if k not in _NOT_WARM_START_ENV
+           if k not in _NOT_WARM_START_ENV and not (k in _NEUTRAL_ENV and v == _NEUTRAL_ENV[k])
            and not any(k.startswith(f"{other}_") for other in _BENCHMARK_PREFIXES if other != name)}
     model = {k: v for k, v in d["model"].items()
              if k not in ("device", "num_threads") and not (k in _NEUTRAL_MODEL and v == _NEUTRAL_MODEL[k])}
