@@ -7,11 +7,12 @@ imports every module of that subpackage, and those of installed packages (entry 
 this package imports nothing heavier than numpy (the torch losses live in
 :mod:`g2po_bench.algorithms.losses`, imported on demand).
 
-Modules: ``registry`` (register / discover / check / estimate), ``estimators`` (one module per
+Modules: ``registry`` (a package by role: ``spec`` registers and checks, ``discovery`` finds and
+looks up by name, ``estimation`` runs), ``estimators`` (one module per
 estimator, equations and sources in its docstring, shown on docs/estimators/), the shared
 numerics ``normalize`` (grouped statistics), ``_prep`` (canonical row order), ``_graph``
 (successors, graph diagnostics) and ``_rowwise`` (helpers of the per-row oracles), ``losses``
-(torch), ``synthetic`` (random batches and inputs) and ``bench`` (``g2po bench advantages``).
+(torch), ``synthetic`` (random batches and inputs) and ``speed`` (``g2po bench advantages``).
 Quick use::
 
     from g2po_bench.algorithms import estimate
@@ -21,12 +22,14 @@ Quick use::
 
 from g2po_bench.algorithms.registry import (
     AdvantageResult,
+    BoundEstimator,
     available_estimators,
+    bind_estimator,
     check_options,
     compute_advantages,
     estimate,
+    estimator_defaults,
     estimator_inputs,
-    estimator_options,
     register_estimator,
     rollout_inputs,
 )
@@ -35,12 +38,14 @@ from g2po_bench.core.batch import StepBatch
 __all__ = [
     "StepBatch",
     "AdvantageResult",
+    "BoundEstimator",
     "available_estimators",
+    "bind_estimator",
     "check_options",
     "compute_advantages",
     "estimate",
     "estimator_inputs",
-    "estimator_options",
+    "estimator_defaults",
     "register_estimator",
     "rollout_inputs",
 ]

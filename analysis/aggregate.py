@@ -1,21 +1,19 @@
-"""Aggregation over seeds: mean ± std, percentile-bootstrap confidence intervals, and the IQM.
+"""Aggregation over seeds: mean ± std and bootstrap confidence intervals per table cell, and the
+paired comparisons (improvement over the warm start, differences between methods).
 
 Conventions:
 
 - ``std`` is the sample standard deviation (``ddof=1``); with one value it is NaN (the tables
   print "n/a"), never 0.
-- Confidence intervals are percentile bootstrap intervals (Efron & Tibshirani 1993): resample
-  the values with replacement ``n_boot`` times, compute the statistic, take the
-  ``(1 - confidence) / 2`` and ``(1 + confidence) / 2`` percentiles (numpy "linear"
-  interpolation). The generator is ``numpy.random.default_rng(seed)`` created afresh for every
-  cell, so a cell's interval depends only on its values and ``seed``. Fewer than two values
+- Every interval is the suite's percentile bootstrap (:mod:`g2po_bench.core.stats`, one seeded
+  generator per cell, so a cell's interval depends only on its values and ``seed``): over seeds for
+  a cell (:func:`g2po_bench.core.stats.bootstrap_ci`), over seeds then panel episodes for the
+  paired comparisons (:func:`g2po_bench.core.stats.paired_improvement_ci`). Fewer than two values
   give (NaN, NaN).
-- The interquartile mean (IQM) follows rliable (Agarwal et al., 2021, "Deep Reinforcement
-  Learning at the Edge of the Statistical Precipice", NeurIPS): the mean of the middle 50 % of
-  all (run x task) scores, i.e. ``scipy.stats.trim_mean(scores, 0.25, axis=None)``: sort,
-  drop ``int(0.25 * n)`` values at each end, average the rest. Its interval uses rliable's
-  stratified bootstrap: for each task (column) independently, resample runs (rows) with
-  replacement.
+- A cell's ``iqm`` is rliable's interquartile mean of its seeds' values
+  (``rliable.metrics.aggregate_iqm``: sort, drop ``int(0.25 * n)`` values at each end, average
+  the rest; with fewer than four values nothing is dropped). The IQM over runs x ALFWorld task
+  types, with its stratified-bootstrap interval, is :mod:`g2po_bench.analysis.estimates`'.
 
 Missing values (NaN) are dropped before aggregating; they never count as 0.
 
@@ -28,12 +26,14 @@ Example::
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from rliable import metrics as rly_metrics
 
 from g2po_bench.analysis.naming import (
     ALFWORLD_TASK_TYPES,
@@ -45,12 +45,8 @@ from g2po_bench.core.stats import DEFAULT_N_BOOT, bootstrap_ci, paired_improveme
 
 __all__ = [
     "mean_std",
-    "bootstrap_ci",
-    "iqm",
-    "stratified_bootstrap_ci",
     "metrics_long",
     "aggregate_metrics",
-    "aggregate_iqm",
     "DEFAULT_N_BOOT",
     "GROUP_COLUMNS",
     "improvement_over_warm_start",
@@ -71,56 +67,6 @@ def mean_std(values: Sequence[float] | np.ndarray) -> tuple[float, float, int]:
     mean = float(x.mean())
     std = float(x.std(ddof=1)) if n >= 2 else math.nan
     return mean, std, n
-
-
-def iqm(scores: np.ndarray | Sequence[float], axis: int | None = None) -> float | np.ndarray:
-    """Interquartile mean (25 % trimmed mean), as ``scipy.stats.trim_mean(scores, 0.25, axis)``.
-
-    ``axis=None`` pools all entries (rliable's IQM over runs x tasks). With fewer than four
-    values nothing is trimmed (``int(0.25 * n) == 0``), so IQM equals the mean.
-    """
-    a = np.asarray(scores, dtype=float)
-    if axis is None:
-        a = a.ravel()
-        axis = 0
-    n = a.shape[axis]
-    if n == 0:
-        return math.nan
-    cut = int(0.25 * n)
-    s = np.sort(a, axis=axis)
-    s = np.take(s, np.arange(cut, n - cut), axis=axis)
-    out = s.mean(axis=axis)
-    return float(out) if np.ndim(out) == 0 else out
-
-
-def stratified_bootstrap_ci(
-    scores: np.ndarray,
-    *,
-    statistic: Callable[..., np.ndarray] | None = None,
-    confidence: float = 0.95,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-) -> tuple[float, float]:
-    """rliable's stratified percentile bootstrap for a ``(runs, tasks)`` score matrix.
-
-    Each resample draws, for every task independently, ``runs`` rows with replacement; the
-    statistic (default :func:`iqm` over all entries) is applied to each resampled matrix.
-    Fewer than two runs give (NaN, NaN).
-    """
-    m = np.asarray(scores, dtype=float)
-    if m.ndim != 2:
-        raise ValueError(f"scores must be (runs, tasks), got shape {m.shape}")
-    runs, tasks = m.shape
-    if runs < 2 or tasks == 0:
-        return math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, runs, size=(n_boot, runs, tasks))
-    resampled = m[idx, np.arange(tasks)[None, None, :]]  # (n_boot, runs, tasks)
-    flat = resampled.reshape(n_boot, runs * tasks)
-    stats = iqm(flat, axis=1) if statistic is None else np.asarray(statistic(flat, axis=1))
-    alpha = (1.0 - confidence) / 2.0
-    lo, hi = np.percentile(stats, [100 * alpha, 100 * (1 - alpha)])
-    return float(lo), float(hi)
 
 
 # ---------------------------------------------------------------------------- frames
@@ -208,60 +154,11 @@ def aggregate_metrics(
                 "std": std,
                 "ci_low": lo,
                 "ci_high": hi,
-                "iqm": iqm(finite) if finite.size else math.nan,
+                "iqm": float(rly_metrics.aggregate_iqm(finite)) if finite.size else math.nan,
                 "in_progress": bool(grp["in_progress"].astype(bool).any()) if "in_progress" in grp else False,
                 "short_run": bool(grp["short_run"].astype(bool).any()) if "short_run" in grp else False,
                 "seeds": ",".join(str(s) for s in seeds),
                 "run_ids": ",".join(str(x) for x in grp["run_id"]) if "run_id" in grp else "",
-            }
-        )
-    return pd.DataFrame.from_records(rows, columns=cols)
-
-
-def aggregate_iqm(
-    long: pd.DataFrame,
-    metrics: Sequence[str] = tuple(TASK_TYPE_METRIC[t] for t in ALFWORLD_TASK_TYPES),
-    *,
-    by: Sequence[str] = ("model_size", "method_label"),
-    confidence: float = 0.95,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-) -> pd.DataFrame:
-    """rliable-style aggregate: IQM over (runs x tasks) with a stratified-bootstrap CI.
-
-    The tasks are ``metrics`` (default: the six ALFWorld task types). For each group of
-    ``by``, a ``(runs, tasks)`` matrix is built from ``long``; tasks no run has are dropped,
-    then runs missing any remaining task are dropped (both counted in the output).
-
-    Returns:
-        Columns ``*by, runs, tasks, iqm, ci_low, ci_high, mean, in_progress, short_run`` (``mean``
-        is the plain mean of the same matrix, for comparison).
-    """
-    by = list(by)
-    cols = by + ["runs", "tasks", "iqm", "ci_low", "ci_high", "mean", "in_progress", "short_run"]
-    if long is None or len(long) == 0:
-        return pd.DataFrame(columns=cols)
-    sub = long[long["metric"].isin(list(metrics))]
-    rows = []
-    for key, grp in sub.groupby(by, sort=True, dropna=False):
-        key = key if isinstance(key, tuple) else (key,)
-        mat = grp.pivot_table(index="run_id", columns="metric", values="value", aggfunc="mean")
-        mat = mat[[m for m in metrics if m in mat.columns]].dropna(axis=1, how="all").dropna(axis=0, how="any")
-        if mat.size == 0:
-            continue
-        arr = mat.to_numpy(dtype=float)
-        lo, hi = stratified_bootstrap_ci(arr, confidence=confidence, n_boot=n_boot, seed=seed)
-        rows.append(
-            {
-                **dict(zip(by, key)),
-                "runs": arr.shape[0],
-                "tasks": arr.shape[1],
-                "iqm": iqm(arr),
-                "ci_low": lo,
-                "ci_high": hi,
-                "mean": float(arr.mean()),
-                "in_progress": bool(grp["in_progress"].astype(bool).any()),
-                "short_run": bool(grp["short_run"].astype(bool).any()) if "short_run" in grp else False,
             }
         )
     return pd.DataFrame.from_records(rows, columns=cols)
@@ -296,8 +193,6 @@ def improvement_over_warm_start(
         One row per group: ``env, model_size, method_label, seeds, before, final, improvement,
         ci_low, ci_high, ci_kind`` (success values in %, ``ci_kind`` "episodes x seeds" or "seeds").
     """
-    import json
-
     rows = []
     if runs is None or runs.empty or "before.success_rate" not in runs:
         return pd.DataFrame(columns=["env", "model_size", "method_label", "seeds", "before", "final",
@@ -346,8 +241,6 @@ def improvement_over_warm_start(
 
 def _final_episodes(path: str, at_train_temperature: bool) -> dict[str, float] | None:
     """Task id -> success of a run's final evaluation (``eval.json``), or None without records."""
-    import json
-
     try:
         ev = json.loads((Path(path) / "eval.json").read_text())
         if at_train_temperature:

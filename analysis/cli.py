@@ -26,12 +26,18 @@ __all__ = ["add_report_arguments", "run_report", "main"]
 def add_report_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the report arguments to ``parser`` and return it.
 
-    Arguments: ``results_dir`` (positional), ``--out`` (default ``RESULTS_DIR/report``),
-    ``--which`` (final | best), ``--n-boot``, ``--seed``, ``--confidence``, ``--no-figures``,
-    ``--min-iterations``.
+    Arguments: ``results_dir`` (positional, one or more folders read as one set of runs),
+    ``--out`` (default ``RESULTS_DIR/report`` of the first), ``--which`` (final | best),
+    ``--n-boot``, ``--seed``, ``--confidence``, ``--no-figures``, ``--min-iterations``,
+    ``--methods``.
     """
-    parser.add_argument("results_dir", help="folder with run folders (searched recursively), e.g. results/runs")
+    parser.add_argument("results_dir", nargs="+",
+                        help="folder(s) with run folders (searched recursively), e.g. results/runs; several folders "
+                             "are one set of runs (an ablation's runs beside a comparison's)")
     parser.add_argument("--out", default=None, help="output folder for report.md, tables and figures (default: RESULTS_DIR/report)")
+    parser.add_argument("--methods", nargs="+", default=None, metavar="METHOD",
+                        help="only the runs of these methods (row names such as G2PO, or algorithm names such as g2po), "
+                             "their variants included")
     parser.add_argument("--which", choices=("final", "best"), default="final", help="which evaluation of each run to tabulate (default: final)")
     parser.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples for the confidence intervals (default: 10000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: 0)")
@@ -49,12 +55,14 @@ def run_report(args: argparse.Namespace) -> int:
     (0 ok, 2 the results folder does not exist or holds neither a run folder nor a credit study
     (``credit.json``), an argument is out of range, or two runs have the same method/size/env/seed).
     Evaluation-only folders are listed as skipped, one line each."""
-    results_dir = Path(args.results_dir)
+    dirs = [Path(d) for d in (args.results_dir if isinstance(args.results_dir, list) else [args.results_dir])]
+    results_dir = dirs[0]
     out = Path(args.out) if args.out else results_dir / "report"
-    if not results_dir.is_dir():
-        print(f"error: results folder {str(results_dir)!r} does not exist; pass a folder holding run folders, "
-              "e.g. results/runs", file=sys.stderr)
-        return 2
+    for folder in dirs:
+        if not folder.is_dir():
+            print(f"error: results folder {str(folder)!r} does not exist; pass a folder holding run folders, "
+                  "e.g. results/runs", file=sys.stderr)
+            return 2
     if args.n_boot < 1 or not 0 < args.confidence < 1:
         print("error: --n-boot must be >= 1 and --confidence in (0, 1)", file=sys.stderr)
         return 2
@@ -62,17 +70,18 @@ def run_report(args: argparse.Namespace) -> int:
         print("error: --min-iterations must be >= 0", file=sys.stderr)
         return 2
     # lazy: the report draws with matplotlib (about 1 s to import); `g2po --help` must not wait for it
-    from g2po_bench.analysis.report import build_report
+    from g2po_bench.analysis.report import MethodSelectionError, build_report
 
-    if not find_run_dirs(results_dir) and not find_records(results_dir):
-        print(f"error: no run folder under {str(results_dir)!r} (a run folder holds the config.yaml and "
-              "metrics.jsonl that `g2po train` writes; a credit study its credit.json); pass a folder holding run "
-              "folders, e.g. results/runs", file=sys.stderr)
-        return 2
+    for folder in dirs:
+        if not find_run_dirs(folder) and not find_records(folder):
+            print(f"error: no run folder under {str(folder)!r} (a run folder holds the config.yaml and "
+                  "metrics.jsonl that `g2po train` writes; a credit study its credit.json); pass a folder holding run "
+                  "folders, e.g. results/runs", file=sys.stderr)
+            return 2
 
     try:
         res = build_report(
-            results_dir,
+            results_dir if len(dirs) == 1 else dirs,
             out,
             which=args.which,
             n_boot=args.n_boot,
@@ -80,8 +89,9 @@ def run_report(args: argparse.Namespace) -> int:
             confidence=args.confidence,
             figures=not args.no_figures,
             min_iterations=getattr(args, "min_iterations", None),
+            methods=getattr(args, "methods", None),
         )
-    except (FileNotFoundError, DuplicateRunsError) as exc:
+    except (FileNotFoundError, DuplicateRunsError, MethodSelectionError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     runs = res.loaded.runs
@@ -94,6 +104,8 @@ def run_report(args: argparse.Namespace) -> int:
     )
     for p in res.loaded.skipped:
         print(f"  skipped {p.run_id}: {p.reason}")
+    for p in res.loaded.warnings:
+        print(f"  warning {p.run_id}: {p.reason}", file=sys.stderr)
     return 0
 
 

@@ -20,6 +20,15 @@ says why in words (for the report's "missing" list).
   else the distribution over iterations of ``adv/node_size_mean`` (the paper: about 5).
 - :func:`plot_singleton_fraction`: ``adv/singleton_frac`` (%) vs. iteration per method and
   environment, with the paper's 8.1 % (ALFWorld) and 11.9 % (WebShop) as dashed lines.
+- :func:`plot_performance_profiles`: rliable's performance profiles (the fraction of run x task-type
+  success rates above a threshold, with 95 % stratified-bootstrap bands;
+  :func:`g2po_bench.analysis.estimates.performance_profiles`), one panel per environment and model
+  size, drawn by ``rliable.plot_utils.plot_performance_profiles``. Needs a score array.
+- :func:`plot_paired_differences`: a forest plot of the paired differences between methods
+  (:func:`g2po_bench.analysis.aggregate.method_differences`): one line per pair "method − baseline"
+  with its difference (points) as a dot and its 95 % paired bootstrap CI as a bar, a line at 0;
+  one panel per (environment, model size) and evaluation temperature. Variants are paired with
+  their main row like any two methods. Needs one pair with common seeds.
 
 Learning curves and the two diagnostics figures show main-table runs only (``variant == ""``)
 unless ``include_variants=True``; the ablation and w-sweep figures exist to show variants.
@@ -38,6 +47,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
+from rliable import plot_utils as rly_plot  # noqa: E402
 
 from g2po_bench.analysis.naming import method_sort_key, model_size_sort_key  # noqa: E402
 
@@ -47,6 +57,8 @@ __all__ = [
     "plot_w_sweep",
     "plot_node_sizes",
     "plot_singleton_fraction",
+    "plot_paired_differences",
+    "plot_performance_profiles",
     "figure_skip_reason",
     "PAPER_SINGLETON_PCT",
     "PAPER_BEST_W",
@@ -313,5 +325,102 @@ def plot_singleton_fraction(curves: pd.DataFrame, out_path: str | os.PathLike, *
         ax.set_title(str(env))
         ax.set_ylim(bottom=0)
     fig.suptitle("Fraction of steps in singleton nodes (mean ± std over seeds)", y=1.03)
+    fig.tight_layout()
+    return _save(fig, out_path, name)
+
+
+#: colours of the forest plot: CI above 0, below 0, across 0
+_SIGN_COLOURS = {"above": "#2c7bb6", "below": "#d7191c", "across": "#636363"}
+
+
+def plot_paired_differences(differences: pd.DataFrame | dict[str, pd.DataFrame],
+                            out_path: str | os.PathLike) -> Path | None:
+    """Forest plot of paired differences between methods (points, with their CIs).
+
+    Args:
+        differences: :func:`g2po_bench.analysis.aggregate.method_differences` output (columns ``env,
+            model_size, method_label, baseline_label, seeds, difference, ci_low, ci_high``, in
+            points), or a mapping title -> such a frame (one column of panels each, e.g. the
+            evaluation temperature and the training temperature).
+        out_path: the PNG to write.
+
+    Returns:
+        The PNG path; None (nothing written) when no frame holds a pair.
+    """
+    name = "paired_differences"
+    frames = {"": differences} if isinstance(differences, pd.DataFrame) else dict(differences or {})
+    frames = {t: f for t, f in frames.items() if f is not None and not f.empty}
+    if not frames:
+        return _skip(name, "no pair of methods with common seeds and per-episode records (eval.json final.episodes)")
+    panels = sorted({(str(e), str(s_)) for f in frames.values() for e, s_ in zip(f["env"], f["model_size"])},
+                    key=lambda es: (es[0], model_size_sort_key(es[1])))
+    rows_per_panel = {p: max(int(((f["env"].astype(str) == p[0]) & (f["model_size"].astype(str) == p[1])).sum())
+                             for f in frames.values()) for p in panels}
+    heights = [max(1, n) for n in rows_per_panel.values()]
+    longest = max(len(f"{m} − {b}") for f in frames.values() for m, b in zip(f["method_label"], f["baseline_label"]))
+    width = 4.0 + 0.07 * longest  # the pair names stand left of each panel (8 pt: about 0.07 in a character)
+    fig, axes = plt.subplots(len(panels), len(frames), squeeze=False, sharex=False,
+                             figsize=(width * len(frames), 0.9 + 0.32 * sum(heights) + 0.6 * len(panels)),
+                             gridspec_kw={"height_ratios": heights})
+    for col, (title, frame) in enumerate(frames.items()):
+        for row, (env, size) in enumerate(panels):
+            ax = axes[row][col]
+            sub = frame[(frame["env"].astype(str) == env) & (frame["model_size"].astype(str) == size)]
+            labels = [f"{m} − {b}" for m, b in zip(sub["method_label"], sub["baseline_label"])]
+            ys = list(range(len(sub)))[::-1]  # the table's first pair on top
+            for y, (_, r) in zip(ys, sub.iterrows()):
+                lo, hi, d = float(r["ci_low"]), float(r["ci_high"]), float(r["difference"])
+                sign = "above" if lo > 0 else ("below" if hi < 0 else "across")
+                ax.errorbar(d, y, xerr=[[d - lo], [hi - d]], fmt="o", color=_SIGN_COLOURS[sign], capsize=3,
+                            markersize=5, linewidth=1.5)
+            ax.axvline(0.0, color="black", lw=0.8, ls="--")
+            ax.set_yticks(ys)
+            ax.set_yticklabels(labels, fontsize=8)
+            ax.set_ylim(-0.7, max(len(sub), 1) - 0.3)
+            ax.set_xlabel("difference in held-out success (points)")
+            head = f"{env} · {size}" + (f" | {title}" if title else "")
+            ax.set_title(head, fontsize=10)
+            ax.grid(axis="x", alpha=0.3)
+    for row_axes in axes:  # one scale per (environment, model size): the temperatures side by side
+        lows, highs = zip(*(ax.get_xlim() for ax in row_axes))
+        for ax in row_axes:
+            ax.set_xlim(min(lows), max(highs))
+    fig.suptitle("Paired differences by seed and panel task: mean, 95 % paired bootstrap CI "
+                 "(blue: above 0, red: below 0, grey: includes 0)", y=1.0, fontsize=10)
+    fig.tight_layout()
+    return _save(fig, out_path, name)
+
+
+def plot_performance_profiles(panels: list[tuple[str, Any, dict[str, Any], dict[str, Any]]],
+                              out_path: str | os.PathLike) -> Path | None:
+    """rliable's performance profiles: the fraction of run x task scores above each threshold.
+
+    Args:
+        panels: one ``(title, taus, profiles, cis)`` per panel (an environment and model size), as
+            :func:`g2po_bench.analysis.estimates.performance_profiles` returns them with a title:
+            ``taus`` ``(k,)`` thresholds (%), ``profiles[method]`` ``(k,)`` fractions, ``cis[method]``
+            ``(2, k)`` the band (a method without one is drawn without a band).
+        out_path: the PNG to write.
+
+    Returns:
+        The PNG path; None (nothing written) when no panel has a profile.
+    """
+    name = "performance_profiles"
+    panels = [p for p in panels if p[2]]
+    if not panels:
+        return _skip(name, "no score array (ALFWorld runs with per-task-type success) to draw profiles from")
+    labels = _hue_order(m for _, _, profiles, _ in panels for m in profiles)
+    colours = dict(zip(labels, sns.color_palette("colorblind", n_colors=len(labels))))
+    fig, axes = plt.subplots(1, len(panels), squeeze=False, figsize=(6.0 * len(panels), 4.2))
+    for ax, (title, taus, profiles, cis) in zip(axes[0], panels):
+        ordered = {m: profiles[m] for m in _hue_order(profiles)}
+        rly_plot.plot_performance_profiles(
+            ordered, taus, performance_profile_cis={m: tuple(cis[m]) for m in ordered if m in cis}, ax=ax,
+            colors=colours, xlabel="success threshold τ (%)", ylabel="fraction of runs × task types above τ",
+            labelsize="medium", ticklabelsize="small")
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=8, title="method", title_fontsize=8)
+    fig.suptitle("Performance profiles (rliable score distributions; bands: 95 % stratified bootstrap CI)",
+                 y=1.02, fontsize=10)
     fig.tight_layout()
     return _save(fig, out_path, name)

@@ -159,8 +159,13 @@ def report_state_graphs(runs, fig_dir: str | os.PathLike) -> tuple[list[tuple[st
     for _, r in runs[runs["algorithm"] == "g2po"].iterrows():
         run_id, path = str(r["run_id"]), Path(str(r["path"]))
         if not recorded_iterations(path):
-            missing.append(f"state graph of `{run_id}`: no step tables in its folder (trained with "
-                           "record_graphs=false, or its record was copied without `steps/`)")
+            flag = r.get("record_graphs")
+            flag = bool(flag) if flag in (True, False) else None  # numpy bools of the frame too
+            why = ("its config.yaml says record_graphs=true: this copy of its record was made without `steps/`"
+                   if flag is True else
+                   "trained with record_graphs=false" if flag is False else
+                   "trained with record_graphs=false, or its record was copied without `steps/`")
+            missing.append(f"state graph of `{run_id}`: no step tables in its folder ({why})")
             continue
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id)
         try:

@@ -331,70 +331,105 @@ def write_html(panels: Sequence[tuple[str, nx.DiGraph]], pos: dict[str, tuple[fl
                         horizontal_spacing=0.03)
     annotations = []
     for col, (_title, g) in enumerate(panels, start=1):
-        xref = "x" if col == 1 else f"x{col}"
-        yref = "y" if col == 1 else f"y{col}"
-        mids_x, mids_y, mids_text, mids_color = [], [], [], []
-        for u, v, d in g.edges(data=True):
-            color = to_hex(ADVANTAGE_CMAP(a_norm(d["advantage"])))
-            width = _edge_width(d["trajectories"])
-            acts = "<br>".join(f"  {_esc(a)} ({c})" for a, c in d["actions"][:8])
-            more = f"<br>  ... {len(d['actions']) - 8} more" if len(d["actions"]) > 8 else ""
-            text = (f"<b>{_esc(g.nodes[u]['label'])}</b> → <b>{_esc(g.nodes[v]['label'])}</b><br>"
-                    f"trajectories {d['trajectories']}, steps {d['rows']}, invalid {d['invalid']}<br>"
-                    f"advantage {d['advantage']:+.3f} (min {d['advantage_min']:+.3f}, max "
-                    f"{d['advantage_max']:+.3f})<br>actions:<br>{acts}{more}")
-            (x0, y0), (x1, y1) = pos[u], pos[v]
-            if u == v:
-                r = 0.035
-                ts = [2 * math.pi * i / 24 for i in range(25)]
-                fig.add_trace(go.Scatter(
-                    x=[x0 + r * math.sin(t) for t in ts], y=[y0 + r + r * math.cos(t) for t in ts],
-                    mode="lines", line={"color": color, "width": width}, hoverinfo="skip",
-                    showlegend=False), row=1, col=col)
-                mx, my = x0, y0 + 2 * r
-            else:
-                # offset the two directions of a pair of reciprocal edges
-                dx, dy = x1 - x0, y1 - y0
-                norm = math.hypot(dx, dy) or 1.0
-                off = 0.012 if g.has_edge(v, u) else 0.0
-                ox, oy = -dy / norm * off, dx / norm * off
-                annotations.append({
-                    "x": x1 + ox, "y": y1 + oy, "ax": x0 + ox, "ay": y0 + oy, "xref": xref,
-                    "yref": yref, "axref": xref, "ayref": yref, "showarrow": True, "arrowhead": 2,
-                    "arrowsize": 0.9, "arrowwidth": width, "arrowcolor": color, "opacity": 0.9,
-                    "standoff": _px(g.nodes[v]), "startstandoff": _px(g.nodes[u]), "text": "",
-                })
-                mx, my = (x0 + x1) / 2 + ox, (y0 + y1) / 2 + oy
-            mids_x.append(mx)
-            mids_y.append(my)
-            mids_text.append(text)
-            mids_color.append(color)
-        fig.add_trace(go.Scatter(x=mids_x, y=mids_y, mode="markers", hovertext=mids_text,
-                                 hoverinfo="text", marker={"size": 7, "color": mids_color, "opacity": 0.8},
-                                 showlegend=False), row=1, col=col)
-        symbols = {"start": "square", "state": "circle", "success": "star", "failure": "x"}
-        for kind, symbol in symbols.items():
-            ns = [n for n, d in g.nodes(data=True) if d["kind"] == kind]
-            if not ns:
-                continue
-            texts = []
-            for n in ns:
-                d = g.nodes[n]
-                val = "n/a" if d["value"] is None else f"{d['value']:.3f}"
-                texts.append(f"<b>{_esc(d['label'])}</b><br>{kind}; visits {d['visits']}, "
-                             f"trajectories {d['trajectories']}<br>value {val}"
-                             + (f"<br>state key {d['state_key']}" if d["state_key"] is not None else ""))
-            fig.add_trace(go.Scatter(
-                x=[pos[n][0] for n in ns], y=[pos[n][1] for n in ns], mode="markers+text",
-                text=[_short(g.nodes[n]["label"]) for n in ns], textposition="bottom center",
-                textfont={"size": 9}, hovertext=texts, hoverinfo="text", name=_KIND_NAMES[kind],
-                legendgroup=kind, showlegend=col == 1,
-                marker={"symbol": symbol, "size": [2 * _px(g.nodes[n]) for n in ns],
-                        "color": [_node_color(g.nodes[n], v_norm) for n in ns],
-                        "line": {"color": "black", "width": 3 if kind == "start" else 1}},
-            ), row=1, col=col)
+        annotations += _html_edges(fig, go, g, pos, col, a_norm)
+        _html_nodes(fig, go, g, pos, col, v_norm)
         fig.update_xaxes(visible=False, row=1, col=col)
         fig.update_yaxes(visible=False, row=1, col=col)
+    _html_colour_bars(fig, go, panels, v_norm, a_norm)
+    fig.update_layout(
+        annotations=list(fig.layout.annotations) + annotations, plot_bgcolor="white",
+        width=max(900, 1100 * len(panels)), height=760, hovermode="closest",
+        legend={"orientation": "h", "y": -0.02, "x": 0.0},
+        title={"text": "<br>".join(textwrap.wrap(caption_text, 170)), "font": {"size": 12}},
+        margin={"t": 110, "b": 60, "l": 20, "r": 140},
+    )
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.write_html(str(out), include_plotlyjs=include_plotlyjs, full_html=True)
+    return out
+
+
+def _edge_hover(g: nx.DiGraph, u: str, v: str, d: dict[str, Any]) -> str:
+    """The hover text of an edge: its ends, counts, advantage and (up to 8) actions."""
+    acts = "<br>".join(f"  {_esc(a)} ({c})" for a, c in d["actions"][:8])
+    more = f"<br>  ... {len(d['actions']) - 8} more" if len(d["actions"]) > 8 else ""
+    return (f"<b>{_esc(g.nodes[u]['label'])}</b> → <b>{_esc(g.nodes[v]['label'])}</b><br>"
+            f"trajectories {d['trajectories']}, steps {d['rows']}, invalid {d['invalid']}<br>"
+            f"advantage {d['advantage']:+.3f} (min {d['advantage_min']:+.3f}, max "
+            f"{d['advantage_max']:+.3f})<br>actions:<br>{acts}{more}")
+
+
+def _html_edges(fig: Any, go: Any, g: nx.DiGraph, pos: dict[str, tuple[float, float]], col: int,
+                a_norm: Any) -> list[dict[str, Any]]:
+    """Draw the edges of panel ``col`` (self-loops as traces, hover dots at the middles); returns the
+    arrows (layout annotations) of the other edges."""
+    xref = "x" if col == 1 else f"x{col}"
+    yref = "y" if col == 1 else f"y{col}"
+    annotations = []
+    mids_x, mids_y, mids_text, mids_color = [], [], [], []
+    for u, v, d in g.edges(data=True):
+        color = to_hex(ADVANTAGE_CMAP(a_norm(d["advantage"])))
+        width = _edge_width(d["trajectories"])
+        (x0, y0), (x1, y1) = pos[u], pos[v]
+        if u == v:
+            r = 0.035
+            ts = [2 * math.pi * i / 24 for i in range(25)]
+            fig.add_trace(go.Scatter(
+                x=[x0 + r * math.sin(t) for t in ts], y=[y0 + r + r * math.cos(t) for t in ts],
+                mode="lines", line={"color": color, "width": width}, hoverinfo="skip",
+                showlegend=False), row=1, col=col)
+            mx, my = x0, y0 + 2 * r
+        else:
+            # offset the two directions of a pair of reciprocal edges
+            dx, dy = x1 - x0, y1 - y0
+            norm = math.hypot(dx, dy) or 1.0
+            off = 0.012 if g.has_edge(v, u) else 0.0
+            ox, oy = -dy / norm * off, dx / norm * off
+            annotations.append({
+                "x": x1 + ox, "y": y1 + oy, "ax": x0 + ox, "ay": y0 + oy, "xref": xref,
+                "yref": yref, "axref": xref, "ayref": yref, "showarrow": True, "arrowhead": 2,
+                "arrowsize": 0.9, "arrowwidth": width, "arrowcolor": color, "opacity": 0.9,
+                "standoff": _px(g.nodes[v]), "startstandoff": _px(g.nodes[u]), "text": "",
+            })
+            mx, my = (x0 + x1) / 2 + ox, (y0 + y1) / 2 + oy
+        mids_x.append(mx)
+        mids_y.append(my)
+        mids_text.append(_edge_hover(g, u, v, d))
+        mids_color.append(color)
+    fig.add_trace(go.Scatter(x=mids_x, y=mids_y, mode="markers", hovertext=mids_text,
+                             hoverinfo="text", marker={"size": 7, "color": mids_color, "opacity": 0.8},
+                             showlegend=False), row=1, col=col)
+    return annotations
+
+
+def _html_nodes(fig: Any, go: Any, g: nx.DiGraph, pos: dict[str, tuple[float, float]], col: int,
+                v_norm: Any) -> None:
+    """Draw the nodes of panel ``col``, one trace per kind (start, state, success, failure)."""
+    symbols = {"start": "square", "state": "circle", "success": "star", "failure": "x"}
+    for kind, symbol in symbols.items():
+        ns = [n for n, d in g.nodes(data=True) if d["kind"] == kind]
+        if not ns:
+            continue
+        texts = []
+        for n in ns:
+            d = g.nodes[n]
+            val = "n/a" if d["value"] is None else f"{d['value']:.3f}"
+            texts.append(f"<b>{_esc(d['label'])}</b><br>{kind}; visits {d['visits']}, "
+                         f"trajectories {d['trajectories']}<br>value {val}"
+                         + (f"<br>state key {d['state_key']}" if d["state_key"] is not None else ""))
+        fig.add_trace(go.Scatter(
+            x=[pos[n][0] for n in ns], y=[pos[n][1] for n in ns], mode="markers+text",
+            text=[_short(g.nodes[n]["label"]) for n in ns], textposition="bottom center",
+            textfont={"size": 9}, hovertext=texts, hoverinfo="text", name=_KIND_NAMES[kind],
+            legendgroup=kind, showlegend=col == 1,
+            marker={"symbol": symbol, "size": [2 * _px(g.nodes[n]) for n in ns],
+                    "color": [_node_color(g.nodes[n], v_norm) for n in ns],
+                    "line": {"color": "black", "width": 3 if kind == "start" else 1}},
+        ), row=1, col=col)
+
+
+def _html_colour_bars(fig: Any, go: Any, panels: Sequence[tuple[str, nx.DiGraph]], v_norm: Any, a_norm: Any) -> None:
+    """The two colour bars: the node value and the edge advantage."""
     names = list(dict.fromkeys(g.graph["value_name"] for _, g in panels if g.graph["value_name"]))
     value_name = "; ".join(names) or None
     fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", showlegend=False, hoverinfo="skip",
@@ -408,17 +443,6 @@ def write_html(panels: Sequence[tuple[str, nx.DiGraph]], pos: dict[str, tuple[fl
                                      "cmax": a_norm.vmax, "color": [0.0], "showscale": True,
                                      "colorbar": {"title": {"text": "edge: mean advantage", "side": "right"},
                                                   "x": 1.02, "y": 0.25, "len": 0.45}}))
-    fig.update_layout(
-        annotations=list(fig.layout.annotations) + annotations, plot_bgcolor="white",
-        width=max(900, 1100 * len(panels)), height=760, hovermode="closest",
-        legend={"orientation": "h", "y": -0.02, "x": 0.0},
-        title={"text": "<br>".join(textwrap.wrap(caption_text, 170)), "font": {"size": 12}},
-        margin={"t": 110, "b": 60, "l": 20, "r": 140},
-    )
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.write_html(str(out), include_plotlyjs=include_plotlyjs, full_html=True)
-    return out
 
 
 _KIND_NAMES = {"start": "start state", "state": "state (size: visits)", "success": "terminal: success",

@@ -8,7 +8,9 @@ A run folder is any folder (at any depth under ``results_dir``) holding at least
 Nothing about one run is fatal: a run that cannot be used is *skipped* and reported as a
 :class:`RunProblem`; a run with a lesser defect is *included* and reported too. Two included
 runs of the same method/size/env/seed are an error (:class:`DuplicateRunsError`, naming the
-folders): each would count as a separate seed.
+folders and the config keys they differ in): each would count as a separate seed. The variant of a
+run is computed over the whole set (:func:`g2po_bench.analysis.naming.variants_in_set`): a common
+option that differs between runs of one method is part of their variants on every benchmark.
 
 Skipped (``RunProblem.action == "skipped"``):
 
@@ -30,7 +32,9 @@ Included with a warning (``action == "included"``): unreadable ``status.json`` n
 evaluation, torn lines in ``metrics.jsonl``, a finished run without a ``final`` evaluation
 (its latest one is used), several runs of the same method/size/env/seed, a
 *crashed-heavy* iteration in ``metrics.jsonl`` (more than half of its episodes crashed,
-:mod:`g2po_bench.core.crashes`; column ``metrics.crashed_heavy`` counts them).
+:mod:`g2po_bench.core.crashes`; column ``metrics.crashed_heavy`` counts them), an estimator that
+is not registered here (its ``algorithm.module`` does not import: the row keeps the raw name;
+:func:`g2po_bench.analysis.naming.estimator_problem`).
 
 Runs still in progress (``status.json`` state ``"running"``, or ``"interrupted"`` by a signal
 and waiting for a relaunch to resume) are included with their latest
@@ -79,7 +83,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,18 +93,21 @@ import pandas as pd
 import yaml
 
 from g2po_bench.analysis.naming import (
+    estimator_problem,
     get_path,
     is_baseline,
     method_label,
     method_name,
     model_size_of,
     variant_of,
+    variants_in_set,
 )
+from g2po_bench.benchmarks.registry import benchmark_names, get_benchmark
 from g2po_bench.core.crashes import CRASHED_HEAVY_FRACTION, crashed_heavy_iterations
 from g2po_bench.core.rundir import RunDir, machine_label
 
 __all__ = ["RunProblem", "LoadedRuns", "DuplicateRunsError", "load_runs", "find_run_dirs", "IDENTITY_COLUMNS",
-           "mark_short_runs"]
+           "mark_short_runs", "baseline_shortfall"]
 
 RUN_FILES = ("config.yaml", "metrics.jsonl", "eval.json", "status.json")
 IDENTITY_COLUMNS = (
@@ -138,6 +145,7 @@ class LoadedRuns:
     curves: pd.DataFrame
     evals: pd.DataFrame
     problems: list[RunProblem] = field(default_factory=list)
+    results_dirs: list[Path] = field(default_factory=list)  # every folder searched (``results_dir`` first)
 
     @property
     def skipped(self) -> list[RunProblem]:
@@ -172,14 +180,18 @@ def find_run_dirs(results_dir: str | os.PathLike) -> list[Path]:
 
 
 def load_runs(
-    results_dir: str | os.PathLike,
+    results_dir: str | os.PathLike | Sequence[str | os.PathLike],
     *,
     column_overrides: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> LoadedRuns:
-    """Load all run folders under ``results_dir``.
+    """Load all run folders under ``results_dir`` (one folder, or several read as one set).
 
     Args:
-        results_dir: a folder to search for run folders (see the module docstring).
+        results_dir: a folder to search for run folders (see the module docstring), or a list
+            of folders (e.g. an ablation sweep's runs and the committed comparison's): their runs
+            are one set (variants, duplicates and paired differences across them); a run id is
+            the path under its folder, prefixed with the folder's name where two folders hold
+            the same path.
         column_overrides: ``{run_id: {column: value}}`` applied to a run's row after the
             derived columns are computed, e.g. ``{"abc": {"model_size": "7B"}}`` (the
             identity columns of its curves and evals follow). ``method``/``variant``
@@ -189,33 +201,45 @@ def load_runs(
         :class:`LoadedRuns` (frames may be empty but always have the identity columns).
 
     Raises:
-        FileNotFoundError: ``results_dir`` does not exist.
+        FileNotFoundError: ``results_dir`` (or one of them) does not exist.
         DuplicateRunsError: two included runs share env, method (with variant), model size and
             seed; the message names their folders.
     """
-    root = Path(results_dir)
-    if not root.is_dir():
-        raise FileNotFoundError(f"results folder {str(root)!r} does not exist")
+    roots = ([Path(results_dir)] if isinstance(results_dir, (str, os.PathLike))
+             else [Path(p) for p in results_dir])
+    if not roots:
+        raise FileNotFoundError("no results folder given")
+    for root in roots:
+        if not root.is_dir():
+            raise FileNotFoundError(f"results folder {str(root)!r} does not exist")
     overrides = {k: dict(v) for k, v in (column_overrides or {}).items()}
     rows: list[dict[str, Any]] = []
     curves: list[dict[str, Any]] = []
     evals: list[dict[str, Any]] = []
     problems: list[RunProblem] = []
-    for run_path in find_run_dirs(root):
+    configs: dict[str, dict[str, Any]] = {}
+    seen: set[str] = set()
+    found = [(root, run_path) for root in roots for run_path in find_run_dirs(root)]
+    for root, run_path in found:
         rel = run_path.relative_to(root).as_posix()
         run_id = rel if rel != "." else run_path.name
+        if run_id in seen:  # the same path under two of the folders
+            run_id = f"{root.name}/{run_id}"
+        seen.add(run_id)
         local: list[RunProblem] = []
         try:
-            row, run_curves, run_evals = _load_one(run_path, run_id, local, overrides.get(run_id))
+            row, run_curves, run_evals, cfg = _load_one(run_path, run_id, local, overrides.get(run_id))
         except _Skip as exc:
             problems.extend(local)
             problems.append(RunProblem(run_id, str(run_path), "skipped", str(exc)))
             continue
         problems.extend(local)
+        configs[run_id] = cfg
         if row is not None:
             rows.append(row)
             evals.extend(run_evals)
         curves.extend(run_curves)
+    _apply_set_variants(configs, overrides, rows, curves, evals)
     runs_df = _frame(rows, IDENTITY_COLUMNS)
     if len(runs_df):
         runs_df["seed"] = pd.to_numeric(runs_df["seed"], errors="coerce").astype("Int64")
@@ -227,7 +251,24 @@ def load_runs(
     evals_df = _frame(evals, (*IDENTITY_COLUMNS, "source", *EVAL_FIELDS))
     if len(evals_df):
         evals_df = evals_df.sort_values(["run_id", "iteration"], kind="stable").reset_index(drop=True)
-    return LoadedRuns(root, runs_df, curves_df, evals_df, problems)
+    return LoadedRuns(roots[0], runs_df, curves_df, evals_df, problems, roots)
+
+
+def _apply_set_variants(configs: dict[str, dict[str, Any]], overrides: Mapping[str, Mapping[str, Any]],
+                        *frames: list[dict[str, Any]]) -> None:
+    """Give every record of ``frames`` (run rows, curve rows, eval rows) the variant its run has
+    among all the loaded runs (:func:`g2po_bench.analysis.naming.variants_in_set`), in place; a
+    ``column_overrides`` entry that sets the run's method, variant or label wins."""
+    variants = variants_in_set(configs)
+    for records in frames:
+        for rec in records:
+            run_id = rec.get("run_id")
+            if run_id not in variants or rec.get("variant") == variants[run_id]:
+                continue
+            if {"method", "variant", "method_label"} & set(overrides.get(run_id, {})):
+                continue
+            rec["variant"] = variants[run_id]
+            rec["method_label"] = method_label(rec["method"], rec["variant"])
 
 
 # ---------------------------------------------------------------------------- one run
@@ -237,8 +278,11 @@ def mark_short_runs(runs: pd.DataFrame, min_iterations: int) -> pd.DataFrame:
 
     A training run is *short* when it has fewer RL iterations than ``min_iterations`` or than the
     longest training run of the same environment and model size in ``runs``: its numbers stand in
-    a table beside longer runs (or the published ones) but measure less training. The report marks
-    the cells that include one with "†" and lists them.
+    a table beside longer runs (or the published ones) but measure less training. A prompting-baseline
+    run is short when it played less than the published protocol (:func:`baseline_shortfall`: a
+    panel of ``eval.num_tasks`` tasks instead of the whole split, or fewer steps than the
+    benchmark's published step limit). The report marks the cells that include one with "†" and
+    lists them with the reason.
 
     Args:
         runs: ``LoadedRuns.runs``.
@@ -264,14 +308,110 @@ def mark_short_runs(runs: pd.DataFrame, min_iterations: int) -> pd.DataFrame:
     longest = out.groupby(["env", "model_size"], dropna=False)["iterations"].transform("max")
     bar = np.maximum(longest.fillna(0.0).to_numpy(dtype=float), float(min_iterations))
     its = out["iterations"].to_numpy(dtype=float)
-    out["short_run"] = np.isfinite(its) & (its < bar)
+    reduced = out.apply(lambda r: baseline_shortfall(r) is not None, axis=1).to_numpy(dtype=bool)
+    out["short_run"] = (np.isfinite(its) & (its < bar)) | reduced
     return out
+
+
+def baseline_shortfall(run: Mapping[str, Any]) -> str | None:
+    """How a prompting-baseline run played less than the published protocol, or None (a training
+    run, or a baseline on the whole evaluation split with at least the benchmark's published step
+    limit, :attr:`g2po_bench.benchmarks.base.Benchmark.reference_max_steps`).
+
+    Args:
+        run: a row of ``LoadedRuns.runs`` (``kind``, ``env``, ``env.max_steps``, ``eval.num_tasks``,
+            ``env.eval_split``).
+
+    Returns:
+        e.g. ``"1 task, 2 steps (the published protocol: the whole valid_seen split, 50 steps)"``.
+    """
+    if run.get("kind") != "baseline":
+        return None
+    tasks, steps = _count(run.get("eval.num_tasks")), _count(run.get("env.max_steps"))
+    env = str(run.get("env"))
+    reference = get_benchmark(env).reference_max_steps if env in benchmark_names() else None
+    few_tasks = tasks is not None and tasks > 0
+    few_steps = steps is not None and reference is not None and steps < reference
+    if not (few_tasks or few_steps):
+        return None
+    split = run.get("env.eval_split") or "evaluation"
+    played = [f"{tasks} task{'s' * (tasks != 1)}" if few_tasks else f"the whole {split} split",
+              f"{steps} step{'s' * (steps != 1)}" if steps is not None else "an unknown step limit"]
+    protocol = f"the whole {split} split" + (f", {reference} steps" if reference is not None else "")
+    return f"{', '.join(played)} (the published protocol: {protocol})"
+
+
+def _count(value: Any) -> int | None:
+    """An integer config value of a runs row, or None (missing, NaN, not a number)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return None
+    return int(value) if math.isfinite(float(value)) else None
+
+
+def _warn_about_run(warn, status: dict[str, Any] | None, status_error: str | None, state: str,
+                    latest: tuple[str, dict[str, Any]], ev_error: str | None, torn: int, cfg: dict[str, Any]) -> None:
+    """The problems of a run that is included anyway (``warn(reason)``); raises _Skip for a partial
+    run without status and without a final evaluation."""
+    if status is None and latest[0] != "final":
+        raise _Skip(f"partial run: {status_error or 'no status.json'} and no final evaluation")
+    if status is None:
+        warn(f"{status_error or 'no status.json'}; using the final evaluation")
+    if ev_error:
+        warn(f"{ev_error}; using {latest[0]} evaluation from metrics.jsonl")
+    if torn:
+        warn(f"{torn} torn line(s) in metrics.jsonl skipped")
+
+
+def _run_row(path: Path, cfg: dict[str, Any], ident: dict[str, Any], status: dict[str, Any] | None, state: str,
+             metrics: list[dict[str, Any]], heavy: list[int]) -> dict[str, Any]:
+    """The runs-frame row of a run before its evaluation columns: the flattened config, its identity,
+    status, code, machine and metrics counts."""
+    row: dict[str, Any] = {}
+    for key, value in _flatten(cfg).items():
+        row[key] = value
+    for key, value in ident.items():
+        if key in row and row[key] != value and key != "seed":
+            row[f"config.{key}"] = row[key]
+        row[key] = value
+    row["path"] = str(path)
+    row["algorithm"] = ident["algorithm"]
+    row["kind"] = "baseline" if is_baseline(cfg) else "train"
+    w = get_path(cfg, "algorithm.step_weight")
+    row["step_weight"] = float(w) if isinstance(w, (int, float)) and not isinstance(w, bool) else math.nan
+    row["state"] = state
+    for k in ("iteration", "total_iterations", "updated"):
+        row[f"status.{k}"] = status.get(k) if status else None
+    code = status.get("code") if status else None
+    row["code.commit"] = code.get("commit") if isinstance(code, dict) else None
+    row["code.dirty"] = code.get("dirty") if isinstance(code, dict) else None
+    machine = status.get("machine") if status else None
+    row["machine"] = machine_label(machine) if isinstance(machine, dict) else None
+    row["metrics.rows"] = len(metrics)
+    row["metrics.crashed_heavy"] = len(heavy)
+    its = [r.get("iteration") for r in metrics if isinstance(r.get("iteration"), (int, float))]
+    row["metrics.last_iteration"] = max(its) if its else None
+    return row
+
+
+def _eval_rows(candidates: list[tuple[str, dict[str, Any]]], ident: dict[str, Any]) -> list[dict[str, Any]]:
+    """One evals-frame row per evaluated iteration (the first source in ``_SOURCE_RANK`` order wins)."""
+    eval_rows = []
+    seen: set[Any] = set()
+    for source, e in sorted(candidates, key=lambda se: _SOURCE_RANK[se[0]]):
+        it = e.get("iteration")
+        if it in seen:
+            continue
+        seen.add(it)
+        rec = {**ident, "source": source}
+        rec.update({k[len("x."):]: v for k, v in _eval_columns("x", e).items()})
+        eval_rows.append(rec)
+    return eval_rows
 
 
 def _load_one(
     path: Path, run_id: str, problems: list[RunProblem], override: dict[str, Any] | None
-) -> tuple[dict[str, Any] | None, list[dict[str, Any]], list[dict[str, Any]]]:
-    """(run row or None, curve rows, eval rows) of one run; raises _Skip to skip it."""
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """(run row or None, curve rows, eval rows, config) of one run; raises _Skip to skip it."""
     rd = RunDir(path)
 
     def warn(reason: str) -> None:
@@ -301,16 +441,9 @@ def _load_one(
             if ev_error:
                 reason += f"; {ev_error}"
             problems.append(RunProblem(run_id, str(path), "skipped", reason))
-            return None, curve_rows, []
+            return None, curve_rows, [], cfg
         raise _Skip(ev_error or "no evaluation (eval.json missing and no eval/ metrics): partial run")
-    if status is None and latest[0] != "final":
-        raise _Skip(f"partial run: {status_error or 'no status.json'} and no final evaluation")
-    if status is None:
-        warn(f"{status_error or 'no status.json'}; using the final evaluation")
-    if ev_error:
-        warn(f"{ev_error}; using {latest[0]} evaluation from metrics.jsonl")
-    if torn:
-        warn(f"{torn} torn line(s) in metrics.jsonl skipped")
+    _warn_about_run(warn, status, status_error, state, latest, ev_error, torn, cfg)
     heavy = crashed_heavy_iterations(metrics, _episodes_per_iteration(cfg))
     if heavy:
         warn(f"crashed-heavy iteration(s) {', '.join(map(str, heavy))} in metrics.jsonl: more than "
@@ -321,30 +454,11 @@ def _load_one(
         if not (total == 0 and latest[0] == "before"):
             warn(f"status done but eval.json has no final evaluation; using the {latest[0]} one (iteration {latest[1].get('iteration')})")
 
-    row: dict[str, Any] = {}
-    for key, value in _flatten(cfg).items():
-        row[key] = value
-    for key, value in ident.items():
-        if key in row and row[key] != value and key != "seed":
-            row[f"config.{key}"] = row[key]
-        row[key] = value
-    row["path"] = str(path)
-    row["algorithm"] = ident["algorithm"]
-    row["kind"] = "baseline" if is_baseline(cfg) else "train"
-    w = get_path(cfg, "algorithm.step_weight")
-    row["step_weight"] = float(w) if isinstance(w, (int, float)) and not isinstance(w, bool) else math.nan
-    row["state"] = state
-    for k in ("iteration", "total_iterations", "updated"):
-        row[f"status.{k}"] = status.get(k) if status else None
-    code = status.get("code") if status else None
-    row["code.commit"] = code.get("commit") if isinstance(code, dict) else None
-    row["code.dirty"] = code.get("dirty") if isinstance(code, dict) else None
-    machine = status.get("machine") if status else None
-    row["machine"] = machine_label(machine) if isinstance(machine, dict) else None
-    row["metrics.rows"] = len(metrics)
-    row["metrics.crashed_heavy"] = len(heavy)
-    its = [r.get("iteration") for r in metrics if isinstance(r.get("iteration"), (int, float))]
-    row["metrics.last_iteration"] = max(its) if its else None
+    unregistered = estimator_problem(cfg)
+    if unregistered:
+        warn(unregistered)
+
+    row = _run_row(path, cfg, ident, status, state, metrics, heavy)
     row.update(_eval_columns("final", latest[1]))
     row["final.source"] = latest[0]
     best = ev.get("best") if isinstance(ev, dict) else None
@@ -354,18 +468,8 @@ def _load_one(
     row.update(_eval_columns("best", best))
     before = ev.get("before") if isinstance(ev, dict) else None
     row.update(_eval_columns("before", before if _valid_eval(before) else None))
-
-    eval_rows = []
-    seen: set[Any] = set()
-    for source, e in sorted(candidates, key=lambda se: _SOURCE_RANK[se[0]]):
-        it = e.get("iteration")
-        if it in seen:
-            continue
-        seen.add(it)
-        rec = {**ident, "source": source}
-        rec.update({k[len("x."):]: v for k, v in _eval_columns("x", e).items()})
-        eval_rows.append(rec)
-    return row, curve_rows, eval_rows
+    eval_rows = _eval_rows(candidates, ident)
+    return row, curve_rows, eval_rows, cfg
 
 
 _EVAL_TASK_PREFIXES = ("eval/success/", "eval/per_task_type/")
@@ -586,9 +690,31 @@ def _check_duplicates(runs: pd.DataFrame) -> None:
         return
     groups = []
     for (env, label, size, seed), grp in dup.groupby(key, sort=True):
-        folders = " and ".join(repr(p) for p in sorted(grp["path"]))
-        groups.append(f"{label}, {size}, {env}, seed {seed}: {folders}")
+        grp = grp.sort_values("path")
+        folders = " and ".join(repr(p) for p in grp["path"])
+        differ = _differing_settings(grp)
+        note = f" (their configs differ in {differ})" if differ else ""
+        groups.append(f"{label}, {size}, {env}, seed {seed}: {folders}{note}")
     raise DuplicateRunsError(
         "runs with the same method/size/env/seed would each count as a seed: " + "; ".join(groups)
         + ". Remove or move all but one of each (or report on a folder holding one), or rerun with another seed"
     )
+
+
+#: the config sections whose keys change what a run does (``logging``, ``output_dir``, ``run_id``,
+#: ``resume``, ``progress`` never do: :data:`g2po_bench.core.config.NON_SEMANTIC_KEYS`)
+_RESULT_SECTIONS = ("env.", "algorithm.", "model.", "train.", "eval.")
+
+
+def _differing_settings(grp: pd.DataFrame, limit: int = 4) -> str:
+    """``"train.lr (0.0003 / 0.001), ..."``: the result-relevant config keys whose values differ
+    between the runs of ``grp`` (at most ``limit`` named), or "" when none does."""
+    out = []
+    for col in grp.columns:
+        if not (col.startswith(_RESULT_SECTIONS) or col == "backend"):
+            continue
+        values = [None if (isinstance(v, float) and math.isnan(v)) else v for v in grp[col]]
+        if len({repr(v) for v in values}) > 1:
+            out.append(f"{col} ({' / '.join(str(v) for v in values)})")
+    more = f" and {len(out) - limit} more key(s)" if len(out) > limit else ""
+    return ", ".join(out[:limit]) + more

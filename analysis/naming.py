@@ -28,6 +28,12 @@ five; PPO and RLOO ignore the mode; GiGPO carries the mode in its name). A WebSh
 without the WebShop preset keeps the dataclass default ``mean_std_norm`` and so shows up as
 ``G2PO [norm=mean_std_norm]``, not in the main row. An unregistered estimator gets every
 common option that differs from :data:`g2po_bench.algorithms.registry.COMMON_OPTIONS`.
+That is one run alone (:func:`variant_of`). A report names the runs of a set together
+(:func:`variants_in_set`, what :func:`g2po_bench.analysis.load.load_runs` uses): a common option
+whose value differs between runs of one method, environment and model size is part of the variant
+of every such run whose value differs from the reference, also where :func:`variant_of` leaves it
+out (the mode on the toy corridor or AppWorld, where the reference is the estimator's default; an
+option outside ``variant_options``), so runs whose ``algorithm`` sections differ never share a row.
 ``method_label`` is ``method`` plus `` [variant]`` when the variant is not empty.
 
 Model size (``model_size``): an explicit ``tags.model_size`` (or top-level ``model_size``) in
@@ -58,7 +64,9 @@ __all__ = [
     "get_path",
     "is_baseline",
     "method_name",
+    "estimator_problem",
     "variant_of",
+    "variants_in_set",
     "model_size_of",
     "method_label",
     "env_metric_names",
@@ -168,6 +176,28 @@ def _algorithm_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def estimator_problem(cfg: Mapping[str, Any]) -> str | None:
+    """Why a training run's estimator has no registry entry in this process, or None when it has
+    one (or the run is a baseline). Without the entry the run's row keeps the estimator's name as
+    written, not its registered label, and its variant compares every common option with the
+    suite's defaults; the message names the estimator, its ``algorithm.module`` and the reason."""
+    if is_baseline(cfg) or _run_estimator_spec(cfg) is not None:
+        return None
+    name = str(get_path(cfg, "algorithm.name", "") or "")
+    module = get_path(cfg, "algorithm.module")
+    where = f"row {name!r} instead of the estimator's own label"
+    if isinstance(module, str) and module:
+        try:
+            import_estimator_module(module)
+        except ValueError as exc:
+            return (f"estimator {name!r}: its module {module!r} (algorithm.module) is not importable here ({exc}); "
+                    f"{where}: put the module on PYTHONPATH (or install its package) and report again")
+        return (f"estimator {name!r}: its module {module!r} (algorithm.module) imports but registers no estimator "
+                f"of that name; {where}")
+    return (f"estimator {name!r} is not registered here and the run names no algorithm.module; {where}: install "
+            "the package that registers it (entry point g2po.estimators) and report again")
+
+
 def method_name(cfg: Mapping[str, Any]) -> str:
     """The table row name of a run (see the module docstring)."""
     if is_baseline(cfg):
@@ -226,6 +256,79 @@ def variant_of(cfg: Mapping[str, Any]) -> str:
             key = VARIANT_KEYS.get(opt, opt)
             parts.append(f"{key}={float(value):g}" if opt == "step_weight" else f"{key}={_fmt_value(value)}")
     return ", ".join(sorted(parts))
+
+
+def _common_parts_shown(cfg: Mapping[str, Any], spec: Any) -> set[str]:
+    """The common options :func:`variant_of` itself writes into a run's variant when they differ
+    from their reference (the estimator's ``variant_options``; ``mode`` only on an environment
+    with a reference mode)."""
+    shown = set(spec.variant_options if spec is not None else COMMON_OPTIONS)
+    if get_path(cfg, "env.name") not in REFERENCE_MODE:
+        shown.discard("mode")
+    return shown
+
+
+def _common_reference(opt: str, cfg: Mapping[str, Any], spec: Any) -> Any:
+    """The value of common option ``opt`` that writes no variant part: the environment's reference
+    mode for ``mode`` where there is one, else the estimator's default."""
+    env = get_path(cfg, "env.name")
+    if opt == "mode" and env in REFERENCE_MODE:
+        return REFERENCE_MODE[env]
+    defaults = spec.defaults if spec is not None else COMMON_OPTIONS
+    return defaults.get(opt, COMMON_OPTIONS[opt])
+
+
+def _part(opt: str, value: Any) -> str:
+    key = VARIANT_KEYS.get(opt, opt)
+    if opt == "step_weight" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{key}={float(value):g}"
+    return f"{key}={_fmt_value(value)}"
+
+
+def variants_in_set(configs: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """The variant of every run of a set of runs considered together (a report's runs).
+
+    Starts from :func:`variant_of` of each run. Then, among the training runs of one method
+    (:func:`method_name`), environment and model size, every common option (``mode``, ``gamma``,
+    ``step_weight``, ``invalid_penalty``, ``success_reward``) whose value differs between them
+    becomes part of the variant of each run whose value differs from the option's reference
+    (:func:`variant_of`'s references; on an environment without a reference mode, the
+    estimator's default mode), also where :func:`variant_of` leaves the option out (``mode`` on
+    the toy corridor or AppWorld, an option outside the estimator's ``variant_options``). Every
+    explicit ``algorithm.options`` entry is already part of a variant. So two runs of one method
+    whose ``algorithm`` sections differ never get the same variant, and a set whose runs share
+    one setting keeps :func:`variant_of`'s names.
+
+    Args:
+        configs: a key per run (e.g. its run id) -> its resolved ``config.yaml`` (nested dict).
+
+    Returns:
+        The same keys -> variant strings ("" for a main-table or baseline run).
+    """
+    out = {key: variant_of(cfg) for key, cfg in configs.items()}
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for key, cfg in configs.items():
+        if is_baseline(cfg):
+            continue
+        group = (method_name(cfg), str(get_path(cfg, "env.name")), model_size_of(cfg))
+        groups.setdefault(group, []).append(key)
+    for keys in groups.values():
+        if len(keys) < 2:
+            continue
+        specs = {key: _run_estimator_spec(configs[key]) for key in keys}
+        for opt in COMMON_OPTIONS:
+            values = {key: get_path(configs[key], f"algorithm.{opt}") for key in keys}
+            present = [v for v in values.values() if v is not None]
+            if not any(_differs(a, present[0]) for a in present[1:]):
+                continue
+            for key in keys:
+                cfg, spec, value = configs[key], specs[key], values[key]
+                if value is None or opt in _common_parts_shown(cfg, spec):
+                    continue
+                if _differs(value, _common_reference(opt, cfg, spec)):
+                    parts = [p for p in out[key].split(", ") if p]
+                    out[key] = ", ".join(sorted([*parts, _part(opt, value)]))
+    return out
 
 
 def method_label(method: str, variant: str) -> str:

@@ -305,6 +305,70 @@ def _latex_cell(v: Any) -> str:
     return s + ("$^*$" if star else "")
 
 
+def _keyed_cells(
+    cells: pd.DataFrame | None, reference: pd.DataFrame | None, spec: TableSpec, *, include_variants: bool,
+    with_reference: bool, include_closed: bool,
+) -> tuple[dict[tuple[str, str, str], pd.Series], dict[tuple[str, str, str], pd.Series]]:
+    """Our cells and the published ones of ``spec``'s metrics, keyed by (model size, method, metric)."""
+    metrics = spec.metrics
+    ours = cells if cells is not None else pd.DataFrame()
+    if len(ours):
+        ours = ours[ours["metric"].isin(metrics)]
+        if not include_variants and "variant" in ours:
+            ours = ours[ours["variant"].fillna("") == ""]
+    ref = pd.DataFrame()
+    if with_reference and reference is not None and len(reference):
+        ref = reference[(reference["table"] == spec.reference_table) & reference["metric"].isin(metrics)]
+        if not include_closed:
+            ref = ref[ref["model_size"] != "closed-source"]
+    ours_key = {}
+    for _, r in ours.iterrows():
+        ours_key[(str(r["model_size"]), str(r["method_label"]), str(r["metric"]))] = r
+    ref_key = {}
+    for _, r in ref.iterrows():
+        ref_key[(str(r["model_size"]), str(r["method"]), str(r["metric"]))] = r
+    return ours_key, ref_key
+
+
+def _table_rows(ours_key: dict, ref_key: dict, ref_method_for) -> list[tuple[str, str]]:
+    """The (model size, method) rows in table order: ours, and the published rows no row of ours
+    stands for under another name (an alias)."""
+    our_rows = {(s, m) for s, m, _ in ours_key}
+    ref_rows = {(s, m) for s, m, _ in ref_key}
+    consumed = set()
+    for s, m in our_rows:
+        rm = ref_method_for(s, m)
+        if rm is not None and rm != m:
+            consumed.add((s, rm))
+    return sorted(
+        our_rows | {r for r in ref_rows if r not in consumed or r in our_rows},
+        key=lambda sm: (model_size_sort_key(sm[0]), method_sort_key(sm[1])),
+    )
+
+
+def _cell_record(o: pd.Series | None, rr: pd.Series | None, rm: str | None) -> dict[str, Any]:
+    """The numbers of one table cell: ours (``o``), the published one (``rr`` of row ``rm``) and Δ."""
+    mean = float(o["mean"]) if o is not None else math.nan
+    ref_mean = float(rr["mean"]) if rr is not None and _finite(rr["mean"]) else math.nan
+    diff = mean - ref_mean if _finite(mean) and _finite(ref_mean) else math.nan
+    return {
+        "n": int(o["n"]) if o is not None else 0,
+        "mean": mean,
+        "std": float(o["std"]) if o is not None else math.nan,
+        "ci_low": float(o["ci_low"]) if o is not None else math.nan,
+        "ci_high": float(o["ci_high"]) if o is not None else math.nan,
+        "in_progress": bool(o["in_progress"]) if o is not None else False,
+        "short_run": bool(o.get("short_run", False)) if o is not None else False,
+        "ref_method": rm if rr is not None else "",
+        "ref_mean": ref_mean,
+        "ref_std": float(rr["std"]) if rr is not None and _finite(rr["std"]) else math.nan,
+        "ref_status": str(rr["status"]) if rr is not None else "",
+        "ref_std_status": str(rr["std_status"]) if rr is not None else "",
+        "ref_source": str(rr["source"]) if rr is not None else "",
+        "diff": diff,
+    }
+
+
 def build_table(
     cells: pd.DataFrame,
     reference: pd.DataFrame | None,
@@ -333,27 +397,10 @@ def build_table(
     Returns:
         :class:`Table`.
     """
-    metrics = spec.metrics
-    ours = cells if cells is not None else pd.DataFrame()
-    if len(ours):
-        ours = ours[ours["metric"].isin(metrics)]
-        if not include_variants and "variant" in ours:
-            ours = ours[ours["variant"].fillna("") == ""]
-    ref = pd.DataFrame()
-    if with_reference and reference is not None and len(reference):
-        ref = reference[(reference["table"] == spec.reference_table) & reference["metric"].isin(metrics)]
-        if not include_closed:
-            ref = ref[ref["model_size"] != "closed-source"]
-    ours_key = {}
-    for _, r in ours.iterrows():
-        ours_key[(str(r["model_size"]), str(r["method_label"]), str(r["metric"]))] = r
-    ref_key = {}
-    for _, r in ref.iterrows():
-        ref_key[(str(r["model_size"]), str(r["method"]), str(r["metric"]))] = r
-    our_rows = {(s, m) for s, m, _ in ours_key}
-    ref_rows = {(s, m) for s, m, _ in ref_key}
+    ours_key, ref_key = _keyed_cells(cells, reference, spec, include_variants=include_variants,
+                                     with_reference=with_reference, include_closed=include_closed)
     ref_methods_by_size: dict[str, set[str]] = {}
-    for s, m in ref_rows:
+    for s, m, _ in ref_key:
         ref_methods_by_size.setdefault(s, set()).add(m)
 
     def ref_method_for(size: str, method: str) -> str | None:
@@ -364,15 +411,7 @@ def build_table(
             return alias
         return None
 
-    consumed = set()
-    for s, m in our_rows:
-        rm = ref_method_for(s, m)
-        if rm is not None and rm != m:
-            consumed.add((s, rm))
-    rows = sorted(
-        our_rows | {r for r in ref_rows if r not in consumed or r in our_rows},
-        key=lambda sm: (model_size_sort_key(sm[0]), method_sort_key(sm[1])),
-    )
+    rows = _table_rows(ours_key, ref_key, ref_method_for)
     if model_sizes is not None:
         rows = [r for r in rows if r[0] in model_sizes]
     recs = []
@@ -381,31 +420,8 @@ def build_table(
         for label, metric in spec.columns:
             o = ours_key.get((size, method, metric))
             rr = ref_key.get((size, rm, metric)) if rm is not None else None
-            mean = float(o["mean"]) if o is not None else math.nan
-            ref_mean = float(rr["mean"]) if rr is not None and _finite(rr["mean"]) else math.nan
-            diff = mean - ref_mean if _finite(mean) and _finite(ref_mean) else math.nan
-            recs.append(
-                {
-                    "model_size": size,
-                    "method": method,
-                    "label": label,
-                    "metric": metric,
-                    "n": int(o["n"]) if o is not None else 0,
-                    "mean": mean,
-                    "std": float(o["std"]) if o is not None else math.nan,
-                    "ci_low": float(o["ci_low"]) if o is not None else math.nan,
-                    "ci_high": float(o["ci_high"]) if o is not None else math.nan,
-                    "in_progress": bool(o["in_progress"]) if o is not None else False,
-                    "short_run": bool(o.get("short_run", False)) if o is not None else False,
-                    "ref_method": rm if rr is not None else "",
-                    "ref_mean": ref_mean,
-                    "ref_std": float(rr["std"]) if rr is not None and _finite(rr["std"]) else math.nan,
-                    "ref_status": str(rr["status"]) if rr is not None else "",
-                    "ref_std_status": str(rr["std_status"]) if rr is not None else "",
-                    "ref_source": str(rr["source"]) if rr is not None else "",
-                    "diff": diff,
-                }
-            )
+            recs.append({"model_size": size, "method": method, "label": label, "metric": metric,
+                         **_cell_record(o, rr, rm)})
     cols = [
         "model_size", "method", "label", "metric", "n", "mean", "std", "ci_low", "ci_high",
         "in_progress", "short_run", "ref_method", "ref_mean", "ref_std", "ref_status", "ref_std_status",

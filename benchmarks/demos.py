@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from g2po_bench.benchmarks.base import Benchmark
-from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.core.protocol import IfAdmissible, Mistake, Task
+from g2po_bench.runtime.workers import EnvPool
 
 __all__ = ["Demonstration", "collect_demonstrations"]
 

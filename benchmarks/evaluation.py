@@ -17,11 +17,11 @@ import numpy as np
 
 from g2po_bench.benchmarks.base import Benchmark
 from g2po_bench.benchmarks.loading import SmallPanelWarning
-from g2po_bench.benchmarks.policy import Policy
 from g2po_bench.benchmarks.rollout import collect_rollouts, success_by_task_type
-from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.core.protocol import Task
 from g2po_bench.core.stats import bootstrap_ci
+from g2po_bench.runtime.policy_protocol import Policy
+from g2po_bench.runtime.workers import EnvPool
 
 __all__ = ["select_panel", "evaluate"]
 

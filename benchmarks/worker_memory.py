@@ -10,7 +10,7 @@ Usage::
     python -m g2po_bench.benchmarks.worker_memory --data results/cache/alfworld_generated --splits train \
         --slots 64 --group 4 --steps 15 --resets 1280 --every 64 --max-episodes 0
 
-One :class:`g2po_bench.benchmarks.workers.EnvPool` worker plays rounds: each round resets its
+One :class:`g2po_bench.runtime.workers.EnvPool` worker plays rounds: each round resets its
 ``--slots`` environments on the next ``slots / group`` games of ``--splits`` (``--group`` slots per
 game, as the slots of one task group; distinct games first, then again from the start) and takes up
 to ``--steps`` random admissible actions in every slot; every ``--every`` resets it prints the
@@ -34,8 +34,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from g2po_bench.benchmarks.alfworld.games import find_games
-from g2po_bench.benchmarks.workers import EnvPool
+from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.core.protocol import Task
+from g2po_bench.runtime.workers import EnvPool
 
 __all__ = ["measure", "main"]
 
@@ -71,7 +72,7 @@ def measure(env: str, data: str | None, splits: list[str], resets: int, every: i
     rng = random.Random(seed)
     rows = []
     t0 = time.time()
-    with EnvPool(env, env_cfg, num_workers=1, max_episodes=max_episodes) as pool:
+    with EnvPool(get_benchmark(env), env_cfg, num_workers=1, max_episodes=max_episodes) as pool:
         printer(f"{env}: {len(tasks)} distinct games, {resets} resets, {steps} random steps each, "
                 f"{slots} slot(s), {group} per game, recycling after {max_episodes or 'never'} episodes")
         printer(f"{'resets':>7} {'games':>6} {'RSS MiB':>8} {'recycled':>8} {'seconds':>8}")

@@ -13,7 +13,7 @@
     g2po credit [--run RUN | model.path=FOLDER] [key=value ...]   estimators' step advantages vs. Monte-Carlo A*
     g2po config [--preset NAME] [key=value ...]                  print the resolved config
     g2po config baseline=react [key=value ...]                   ... of a baseline run (config.yaml)
-    g2po report RESULTS_DIR --out DIR                            tables and figures vs. the paper
+    g2po report RESULTS_DIR [...] --out DIR                      tables and figures vs. the paper
     g2po graph RUN [--iteration K] [--group G] [--compare gigpo]   draw a task group's state graph
     g2po sweep {launch,status,cancel,list} SPEC [...]            sweeps with Submitit (sweeps/cli.py)
 
@@ -33,12 +33,12 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
-from g2po_bench.algorithms.bench import main as bench_main
 from g2po_bench.algorithms.registry import (
     available_estimators,
     describe_estimators,
     import_estimator_module,
 )
+from g2po_bench.algorithms.speed import main as bench_main
 from g2po_bench.analysis.cli import add_report_arguments, run_report
 from g2po_bench.analysis.credit.cli import (
     add_credit_arguments,
@@ -49,7 +49,6 @@ from g2po_bench.analysis.graph_cli import add_graph_arguments, run_graph
 from g2po_bench.analysis.pictures import AnalysisPictures
 from g2po_bench.baselines.config import baseline_run_dict, is_baseline_request, load_baseline_config
 from g2po_bench.benchmarks.base import Benchmark
-from g2po_bench.benchmarks.policies import PolicyError
 from g2po_bench.benchmarks.registry import (
     all_benchmarks,
     benchmark_load_errors,
@@ -59,11 +58,18 @@ from g2po_bench.benchmarks.registry import (
 )
 from g2po_bench.core.arguments import ArgumentParser, positive_int
 from g2po_bench.core.config import ConfigError, config_to_yaml
-from g2po_bench.core.errors import SUITE_ERRORS, DataDownloadError, EnvironmentSetupError
+from g2po_bench.core.errors import (
+    SUITE_ERRORS,
+    CheckpointError,
+    DataDownloadError,
+    EnvironmentSetupError,
+    MissingDependencyError,
+)
 from g2po_bench.core.tracking import TrackingError
 from g2po_bench.runconfig import load_config
+from g2po_bench.runtime.policies import PolicyError
 from g2po_bench.sweeps.cli import add_sweep_arguments, run_sweep_command
-from g2po_bench.train import check_run_for_eval, run_eval, run_train
+from g2po_bench.train import check_run_for_eval, load_train_config, run_eval, run_train
 
 __all__ = ["main", "build_parser"]
 
@@ -81,7 +87,8 @@ HELP: dict[str, tuple[str, str]] = {
         "  g2po train --preset alfworld_1.5b model.path=/models/Qwen2.5-1.5B-Instruct env.data_dir=~/.cache/g2po/alfworld\n"
         "  g2po train --config my.yaml train.iterations=20                              # a YAML file + overrides\n"
         "  g2po train backend=openrlhf --preset webshop_7b model.path=/models/Qwen2.5-7B-Instruct env.data_dir=DIR  # OpenRLHF\n"
-        "  g2po train run_id=RUN_ID resume=true          # continue a killed run from its checkpoint",
+        "  g2po train run_id=RUN_ID resume=true          # continue a killed run from its checkpoint\n"
+        "  g2po train run_id=RUN_ID resume=true train.iterations=80   # ... and extend it (on its recorded config.yaml)",
     ),
     "eval": (
         "Evaluate a training run's latest checkpoint with the run's own config.yaml (key=value overrides go on "
@@ -119,7 +126,9 @@ HELP: dict[str, tuple[str, str]] = {
         "Tables and figures from run folders (searched recursively), beside the published numbers. Only "
         "training and baseline runs count as seeds; evaluation-only folders are listed apart.",
         "  g2po report results/runs --out results/report             # all runs\n"
-        "  g2po report results/sweeps/main_table --which best --no-figures   # a sweep, best evaluations",
+        "  g2po report results/sweeps/main_table --which best --no-figures   # a sweep, best evaluations\n"
+        "  g2po report results/sweeps/cpu_ablation/runs results/proxy/sweep/runs --methods G2PO GRPO --out DIR"
+        "   # an ablation beside the committed runs",
     ),
     "graph": (
         "Draw one task group's state graph (PNG and interactive HTML) from a run's recorded step tables "
@@ -274,6 +283,10 @@ def _error_kind(exc: BaseException) -> str:
         return "environment error"
     if isinstance(exc, TrackingError):
         return "tracking error"
+    if isinstance(exc, MissingDependencyError):
+        return "setup error"
+    if isinstance(exc, CheckpointError):
+        return "checkpoint error"
     return "data error"
 
 
@@ -331,7 +344,8 @@ def _main(argv: list[str], console) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "train":
-        cfg = _load(args)
+        # resume=true continues the run folder's recorded config.yaml, the arguments on top
+        cfg = load_train_config(args.config, args.overrides, preset=args.preset)
         run = run_train(cfg, console=console, pictures=_tracker_pictures())
         console.print(f"run folder: {run.root}")
         return 0
@@ -370,8 +384,12 @@ def _main(argv: list[str], console) -> int:
         return 0
     if args.command == "config":
         if is_baseline_request(args.overrides, args.config):  # the baseline run's config.yaml
-            cfg, b = load_baseline_config(args.config, args.overrides, preset=args.preset)
+            # printing a config converts no model (model=smollm2 names the folder a run converts it into)
+            cfg, b = load_baseline_config(args.config, args.overrides, preset=args.preset, convert_model=False)
             print(yaml.safe_dump(baseline_run_dict(cfg, b), sort_keys=False), end="")
+            if cfg.model.path is not None and b.policy != "openai" and not Path(cfg.model.path).is_dir():
+                console.print(f"note: model.path {cfg.model.path} is not there yet; the run converts SmolLM2 into it "
+                              "on first use", highlight=False)
             return 0
 
         print(config_to_yaml(_load(args)), end="")

@@ -3,10 +3,14 @@
 :func:`load_config` is the one way to get a config to run: it layers dataclass defaults < preset <
 YAML file < ``key=value`` overrides (:func:`g2po_bench.core.config.parse_config`), then runs the
 checks of the benchmark (:meth:`~g2po_bench.benchmarks.base.Benchmark.validate_config`) and of the
-estimator (:func:`g2po_bench.algorithms.registry.check_options`) and resolves the ``auto``
+estimator (bound to the run's options and tried on a synthetic batch) and resolves the ``auto``
 settings, all before any work starts (docs/design-notes.md "Rules of the house": a broken config
 fails before any work starts). Presets live in the benchmarks' own ``presets/`` folders
 (:func:`g2po_bench.benchmarks.registry.preset_files`).
+
+The estimator of a run is bound here (:func:`g2po_bench.algorithms.registry.bind_run_estimator`:
+its options checked once) and tried on a synthetic batch; the trainers bind it the same way when
+they start and call it every iteration.
 """
 
 from __future__ import annotations
@@ -15,11 +19,9 @@ from pathlib import Path
 
 from g2po_bench.algorithms.registry import (
     INPUTS,
-    check_options,
-    estimator_inputs,
+    bind_run_estimator,
     estimator_spec,
     import_estimator_module,
-    trial_estimate,
 )
 from g2po_bench.benchmarks.registry import (
     benchmark_load_errors,
@@ -43,13 +45,19 @@ def load_config(
     overrides: list[str] | None = None,
     *,
     preset: str | None = None,
+    check_paths: bool = True,
+    base_file: str | Path | None = None,
 ) -> RunConfig:
-    """Build a validated RunConfig: dataclass defaults < preset < YAML file < overrides.
+    """Build a validated RunConfig: dataclass defaults < base file < preset < YAML file < overrides.
 
     Args:
         config_file: a YAML file with any subset of the keys.
         overrides: dotted ``key=value`` strings, e.g. ``["algorithm.name=gigpo", "seed=3"]``.
         preset: a preset name (``g2po config --help`` lists them), e.g. ``alfworld_1.5b``.
+        check_paths: False skips the checks that ``model.path`` and ``env.data_dir`` exist (a
+            sweep's dry run with placeholders for folders not given yet).
+        base_file: a YAML file under every other layer (the recorded ``config.yaml`` of the run a
+            resume continues: :func:`g2po_bench.train.load_train_config`).
 
     Returns:
         The RunConfig with ``env.prompt``, ``env.state_key`` and ``train.old_logprobs`` resolved
@@ -64,7 +72,7 @@ def load_config(
             path = preset_file(preset)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-    cfg = parse_config(config_file, overrides, preset_file=path)
+    cfg = parse_config(config_file, overrides, preset_file=path, check_paths=check_paths, base_file=base_file)
     check_run_config(cfg)
     return cfg
 
@@ -72,7 +80,8 @@ def load_config(
 def check_run_config(cfg: RunConfig) -> None:
     """The checks a schema cannot do: ``env.name`` is a registered benchmark and its own settings
     hold, ``algorithm.module`` (if set) imports, ``algorithm.name`` is a registered estimator, its
-    options hold, it runs on a small synthetic batch (:func:`~g2po_bench.algorithms.registry.trial_estimate`)
+    options hold (the run's options bound by :func:`~g2po_bench.algorithms.registry.bind_run_estimator`),
+    it runs on a small synthetic batch (:meth:`~g2po_bench.algorithms.registry.BoundEstimator.trial`)
     and the backend records the inputs it declares; resolves
     ``env.prompt=auto`` (the benchmark's default style) and ``env.state_key=auto`` (the
     estimator's rule), in place.
@@ -97,17 +106,19 @@ def check_run_config(cfg: RunConfig) -> None:
     except ValueError as exc:  # unknown: the message lists the registered ones and any failed entry point
         raise ConfigError(f"bad value for config key 'algorithm.name': {exc}") from None
     try:
-        check_options(cfg.algorithm.name, dict(cfg.algorithm.options))
-    except (TypeError, ValueError) as exc:
+        estimator = bind_run_estimator(cfg)
+    except ValueError as exc:
         raise ConfigError(f"bad value for config key 'algorithm.options': {exc}") from None
+    except TypeError as exc:  # the estimator's declaration and its function disagree
+        raise ConfigError(f"bad value for config key 'algorithm.name': {exc}") from None
     try:
-        trial_estimate(cfg.algorithm.name, dict(cfg.algorithm.options))
+        estimator.trial()
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"bad value for config key 'algorithm.name': {cfg.algorithm.name!r} fails on a "
                           f"small synthetic batch, before any work: {exc}") from None
     if cfg.backend == "openrlhf":
         # inputs the OpenRLHF backend's rollouts (vLLM sampling) do not carry
-        lacking = [k for k in estimator_inputs(cfg.algorithm.name, dict(cfg.algorithm.options)) if k in OPENRLHF_LACKS]
+        lacking = [k for k in estimator.inputs if k in OPENRLHF_LACKS]
         require(not lacking, "backend",
                 f"estimator {cfg.algorithm.name!r} needs the input(s) {', '.join(lacking)} "
                 f"({'; '.join(INPUTS[k].description for k in lacking)}), which backend=openrlhf does not "

@@ -15,18 +15,105 @@ from g2po_bench.algorithms.backends.common import evaluate_panel
 from g2po_bench.algorithms.backends.progress import format_rate_ci
 from g2po_bench.benchmarks.evaluation import select_panel
 from g2po_bench.benchmarks.registry import get_benchmark
-from g2po_bench.benchmarks.workers import EnvPool
+from g2po_bench.core.checkpoints import verify_checkpoint
 from g2po_bench.core.config import (
+    RESUME_MUTABLE_KEYS,
     ConfigError,
     RunConfig,
     config_to_dict,
     config_to_yaml,
+    read_recorded_config,
     resolve_run_id,
+    resume_differences,
 )
+from g2po_bench.core.errors import CheckpointError, MissingDependencyError
 from g2po_bench.core.rundir import RunDir, atomic_write_json, atomic_write_text, code_version
 from g2po_bench.core.tracking import run_info, track_evaluation
+from g2po_bench.runconfig import load_config
+from g2po_bench.runtime.workers import EnvPool
 
-__all__ = ["run_train", "run_eval", "check_fresh_run_folder", "check_run_for_eval", "eval_output_dir"]
+__all__ = ["run_train", "run_eval", "load_train_config", "check_resume", "check_fresh_run_folder",
+           "check_run_for_eval", "eval_output_dir"]
+
+
+def load_train_config(config_file: str | Path | None = None, overrides: list[str] | None = None, *,
+                      preset: str | None = None) -> RunConfig:
+    """The config ``g2po train`` runs (:func:`g2po_bench.runconfig.load_config` of the same layers),
+    except for a resume: with ``resume=true`` and a run folder that records a ``config.yaml``, that
+    recorded config is the base and the preset, file and overrides go on top of it, so
+    ``g2po train run_id=RUN resume=true train.iterations=N`` continues the recorded run (whatever
+    the defaults say) with N iterations. The run folder is the one the layers alone name
+    (``<output_dir>/<run_id>``, the default run id being the config's hash), and it stays that
+    folder. :func:`run_train` then refuses a key the resume may not change (:func:`check_resume`).
+
+    Raises:
+        ConfigError: as :func:`~g2po_bench.runconfig.load_config`, or a recorded config that no
+            longer loads (the message names the file and the key).
+    """
+    cfg = load_config(config_file, overrides, preset=preset)
+    if not cfg.resume:
+        return cfg
+    run = RunDir(Path(cfg.output_dir) / resolve_run_id(cfg))
+    if not run.config_path.is_file():
+        return cfg
+    resumed = load_config(config_file, overrides, preset=preset, base_file=run.config_path)
+    # the folder found stays the run's folder (the recorded output_dir may name where it was)
+    resumed.output_dir, resumed.run_id = cfg.output_dir, cfg.run_id
+    if resolve_run_id(resumed) != run.run_id:
+        resumed.run_id = run.run_id
+    return resumed
+
+
+def _show(value) -> str:
+    """A config value as it is written on the command line."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return str(value)
+
+
+def check_resume(cfg: RunConfig) -> None:
+    """Refuse a resume (``resume=true``) that would not continue the run in its folder, before any
+    work and without touching the folder.
+
+    A resume continues the run's recorded ``config.yaml``: only the keys of
+    :data:`g2po_bench.core.config.RESUME_MUTABLE_KEYS` may differ from it (iterations, tracking,
+    display, workers and threads, checkpoint frequency, crash retries). The run's checkpoints must
+    hold an intact one (:meth:`g2po_bench.core.rundir.RunDir.find_checkpoint`), and
+    ``train.iterations`` may not be below its iteration. A folder without ``config.yaml`` or
+    without a checkpoint has nothing to check (a resume then starts the run).
+
+    Raises:
+        ConfigError: a key that may not change differs (every such key is named with its
+            recorded value), or ``train.iterations`` is below the checkpoint's iteration.
+        CheckpointError: the run holds checkpoints and none is intact (the file at fault named).
+    """
+    if not cfg.resume:
+        return
+    run = RunDir(Path(cfg.output_dir) / resolve_run_id(cfg))
+    if run.config_path.is_file():
+        diffs = resume_differences(read_recorded_config(run.config_path), cfg)
+        if diffs:
+            keys = ", ".join(f"{k}={_show(new)} (recorded: {_show(old)})" for k, new, old in diffs)
+            raise ConfigError(
+                f"resume: {keys} {'differs' if len(diffs) == 1 else 'differ'} from the run's recorded config "
+                f"({run.config_path}); a resume continues the recorded config, and only "
+                f"{', '.join(RESUME_MUTABLE_KEYS)} may change. Drop the override, or start a separate run "
+                "with run_id=NAME")
+    if not run.has_checkpoint():
+        return
+    choice = run.find_checkpoint()
+    if choice.path is None:
+        raise CheckpointError(
+            f"resume: no intact checkpoint in {run.root / 'checkpoints'}: {choice.describe_rejected(run.root)}. "
+            "Nothing was changed; delete the run folder to start over, or start a separate run with run_id=NAME")
+    if choice.iteration is not None and cfg.train.iterations < choice.iteration:
+        raise ConfigError(
+            f"resume: train.iterations={cfg.train.iterations} is below the iteration of the run's checkpoint "
+            f"({choice.iteration}, {run.root}); pass train.iterations={choice.iteration} or more")
 
 
 def run_train(cfg: RunConfig, console=None, pictures=None) -> RunDir:
@@ -38,10 +125,15 @@ def run_train(cfg: RunConfig, console=None, pictures=None) -> RunDir:
 
     Raises:
         ConfigError: a fresh start (``resume=false``) in a folder that already holds a finished
-            or checkpointed run (:func:`check_fresh_run_folder`); nothing is touched.
+            or checkpointed run (:func:`check_fresh_run_folder`), or a resume that changes a key
+            the run's recorded config fixes (:func:`check_resume`); nothing is touched.
+        CheckpointError: a resume of a run none of whose checkpoints is intact (:func:`check_resume`).
+        MissingDependencyError: ``backend=openrlhf`` without OpenRLHF and its GPU stack (an
+            ``ImportError``; the message says how to install them).
         ValueError/RuntimeError from the backend; the run's ``status.json`` says ``failed``.
     """
     check_fresh_run_folder(cfg)
+    check_resume(cfg)
     if cfg.backend == "local":
         # lazy: the local trainer loads torch and transformers (about 5 s); commands that only
         # check a config or a run folder must not wait for them
@@ -53,7 +145,7 @@ def run_train(cfg: RunConfig, console=None, pictures=None) -> RunDir:
             # lazy: OpenRLHF (Ray, DeepSpeed, vLLM) is an optional GPU dependency
             from g2po_bench.algorithms.backends.openrlhf import train as orl_train
         except ImportError as exc:
-            raise RuntimeError(
+            raise MissingDependencyError(
                 "backend=openrlhf needs the OpenRLHF extra: pip install -e '.[openrlhf]' on a GPU machine "
                 f"({exc})"
             ) from None
@@ -82,7 +174,7 @@ def check_fresh_run_folder(cfg: RunConfig) -> None:
     run = RunDir(Path(cfg.output_dir) / resolve_run_id(cfg))
     root = run.root
     status = run.read_status() or {}
-    if status.get("state") != "done" and run.resume_checkpoint() is None:
+    if status.get("state") != "done" and not run.has_checkpoint():
         return
     what = (f"a finished run ({status.get('iteration')} of {status.get('total_iterations')} iterations)"
             if status.get("state") == "done" else
@@ -90,8 +182,8 @@ def check_fresh_run_folder(cfg: RunConfig) -> None:
             "with a checkpoint")
     raise ConfigError(
         f"run folder {root} already holds {what}; starting it afresh would overwrite its results. "
-        "Pass resume=true to continue it (with a larger train.iterations to extend it), run_id=NAME for a "
-        "separate run, or delete the folder to start over")
+        f"Pass resume=true to continue it (run_id={run.run_id} resume=true train.iterations=N extends it), "
+        "run_id=NAME for a separate run, or delete the folder to start over")
 
 
 def check_run_for_eval(run_dir: str | Path) -> tuple[Path, Path]:
@@ -107,6 +199,8 @@ def check_run_for_eval(run_dir: str | Path) -> tuple[Path, Path]:
     Raises:
         ConfigError: the folder does not exist, is not a training run (no ``config.yaml``), or
             has no checkpoint yet; the message says what to pass instead.
+        CheckpointError: ``checkpoints/latest`` is corrupt (:func:`g2po_bench.core.checkpoints.verify_checkpoint`):
+            the message names the file and, when ``checkpoints/previous`` is intact, how to evaluate it.
     """
     run = Path(run_dir)
     if not run.is_dir():
@@ -118,9 +212,26 @@ def check_run_for_eval(run_dir: str | Path) -> tuple[Path, Path]:
                           "folder written by `g2po train` (e.g. results/runs/<run_id>)")
     policy = run / "checkpoints" / "latest" / "policy"
     if not (policy / "config.json").is_file():
+        status = RunDir(run).read_status() or {}
+        if status.get("state") == "done" or int(status.get("iteration") or 0) > 0:
+            # a record without its weights: committed and copied run folders leave checkpoints/ out
+            done = (f"finished ({status.get('iteration')} of {status.get('total_iterations')} iterations)"
+                    if status.get("state") == "done" else f"stopped at iteration {status.get('iteration')}")
+            raise ConfigError(
+                f"--run {str(run)!r} {done}, but its folder holds no checkpoint ({policy} is missing): the record "
+                "was copied or committed without checkpoints/ (results/ keeps a run's records, not its weights); "
+                "its evaluations are in RUN/eval.json; to get the weights, train the same config again (`g2po train "
+                "--config RUN/config.yaml run_id=null output_dir=results/runs resume=false`), or evaluate a model "
+                "folder with model.path=FOLDER")
         raise ConfigError(f"--run {str(run)!r} has no checkpoint ({policy}/config.json is missing: the run has "
                           "not finished an iteration yet); wait for its first checkpoint, resume it with "
                           "resume=true, or evaluate a model folder with model.path=FOLDER")
+    problem = verify_checkpoint(policy.parent)
+    if problem is not None:
+        choice = RunDir(run).find_checkpoint()
+        other = (f"; {choice.path.relative_to(run).as_posix()} (iteration {choice.iteration}) is intact: evaluate "
+                 f"it with model.path={choice.path / 'policy'}" if choice.path is not None else "")
+        raise CheckpointError(f"--run {str(run)!r}: the checkpoint is corrupt: {problem}{other}")
     return config, policy
 
 
@@ -181,7 +292,7 @@ def run_eval(cfg: RunConfig, run_dir: str | Path | None = None, console=None, *,
     """
     # lazy: torch and transformers (about 5 s), loaded once the run folder and config are checked
     from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
-    from g2po_bench.algorithms.backends.local.policy import LocalPolicy
+    from g2po_bench.algorithms.backends.local.transformers_policy import LocalPolicy
 
     checkpoint_iteration = None
     if run_dir is not None:
@@ -200,7 +311,7 @@ def run_eval(cfg: RunConfig, run_dir: str | Path | None = None, console=None, *,
     panel = select_panel(bench.load_tasks(cfg.env, cfg.env.eval_split), cfg.eval.num_tasks)
     model, tok = load_model_and_tokenizer(model_path, dtype=cfg.model.dtype, device=cfg.model.device)
     policy = LocalPolicy(model, tok, max_prompt_tokens=cfg.train.max_prompt_tokens)
-    with EnvPool(cfg.env.name, cfg.env, cfg.env.num_workers) as pool:
+    with EnvPool(bench, cfg.env, cfg.env.num_workers) as pool:
         ev = evaluate_panel(cfg, policy, pool, bench, panel, 0)  # as the trainers evaluate
     out = RunDir(_claim(out_path))
     atomic_write_text(out.config_path, config_to_yaml(cfg))

@@ -10,7 +10,8 @@ estimator registered there (options and defaults, inputs, state key).
 Used two ways, both reading the installed suite (``pip install -e .``):
 
 - as an mkdocs hook (``hooks:`` in ``mkdocs.yml``): the pages are added to the site at build time
-  (:func:`on_files`), never written by hand or committed;
+  (:func:`on_files`), never written by hand or committed, and the nav's "Estimators" section lists
+  one page per module (:func:`on_config`), so a new estimator module needs no edit of ``mkdocs.yml``;
 - from the command line, to read or diff them without building the site::
 
       python scripts/docs_pages.py                 # list the generated pages
@@ -97,8 +98,25 @@ def _format_default(value: Any) -> str:
     return f"`{value!r}`"
 
 
+_CODE_SPAN = re.compile(r"(`[^`]*`)")
+
+
+def _markdown_text(text: str, *, in_table: bool = False) -> str:
+    """``text`` safe for Markdown outside code spans: ``&``, ``<`` and ``>`` as entities (a
+    placeholder such as ``<run>`` is not an HTML tag that the browser swallows) and, in a table
+    cell, ``|`` as ``\\|``. Code spans are kept as they are: their text shows literally, and a ``|``
+    inside one does not split a table cell (Python-Markdown's tables), where ``\\|`` would show
+    its backslash."""
+    parts = _CODE_SPAN.split(text)
+    for i in range(0, len(parts), 2):  # the text between code spans
+        plain = parts[i].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        parts[i] = plain.replace("|", "\\|") if in_table else plain
+    return "".join(parts)
+
+
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """``text`` as one Markdown table cell (one line; see :func:`_markdown_text`)."""
+    return _markdown_text(text.replace("\n", " "), in_table=True)
 
 
 def config_keys(cls: type | None = None, prefix: str = "") -> list[str]:
@@ -129,7 +147,7 @@ def config_reference() -> str:
     ]
 
     def section(cls: type, prefix: str, title: str) -> None:
-        doc = _inline(inspect.getdoc(cls) or "")
+        doc = _markdown_text(_inline(inspect.getdoc(cls) or ""))
         comments = _field_comments(cls)
         out.extend([f"## {title}", "", doc, "", "| key | type | default | description |",
                     "|---|---|---|---|"])
@@ -140,7 +158,7 @@ def config_reference() -> str:
                 nested.append((type(value), f"{prefix}{f.name}."))
                 continue
             ftype = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-            out.append(f"| `{prefix}{f.name}` | `{_cell(ftype)}` | {_cell(_format_default(value))} "
+            out.append(f"| `{prefix}{f.name}` | {_cell(f'`{ftype}`')} | {_cell(_format_default(value))} "
                        f"| {_cell(comments.get(f.name, ''))} |")
         out.append("")
         for sub, sub_prefix in nested:
@@ -151,7 +169,9 @@ def config_reference() -> str:
     if keep:
         out.extend(["## Keys left out of the config hash", "",
                     "A run's default id is a hash of its resolved config without these keys "
-                    f"(`NON_SEMANTIC_KEYS`): {keep}.", ""])
+                    f"(`NON_SEMANTIC_KEYS`): {keep}. `model.device=auto` enters the hash as the device it "
+                    "means (`cpu`, or `cuda` where torch sees a GPU; a sweep's job: `cuda` when it asks for GPUs), "
+                    "so `auto` and that device name the same run.", ""])
     return "\n".join(out)
 
 
@@ -231,6 +251,26 @@ def estimator_pages() -> dict[str, str]:
     return pages
 
 
+def _estimator_modules() -> list[str]:
+    """The suite's estimator modules (``g2po_bench.algorithms.estimators.<name>``), sorted."""
+    discover_estimators()
+    return sorted({estimator_spec(n).module for n in available_estimators()
+                   if estimator_spec(n).module.startswith("g2po_bench.algorithms.estimators.")})
+
+
+def estimator_nav() -> list[Any]:
+    """The site navigation's "Estimators" section: the index, then one entry per estimator module
+    titled by its docstring's title up to the colon (``"G2PO: group-graph ..."`` -> ``G2PO``), so
+    that a new module of ``algorithms/estimators/`` gets its page and its nav entry with no edit of
+    ``mkdocs.yml``."""
+    nav: list[Any] = [f"{ESTIMATOR_DIR}/index.md"]
+    for module_name in _estimator_modules():
+        short = module_name.rsplit(".", 1)[1]
+        title = (inspect.getdoc(importlib.import_module(module_name)) or short).partition("\n")[0]
+        nav.append({title.partition(":")[0].strip() or short: f"{ESTIMATOR_DIR}/{short}.md"})
+    return nav
+
+
 def generated_pages() -> dict[str, str]:
     """Every generated page: path under ``docs/`` -> Markdown."""
     pages = {CONFIG_PAGE: config_reference()}
@@ -239,6 +279,18 @@ def generated_pages() -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------------- mkdocs hook
+#: the title of the nav section whose pages are generated (``mkdocs.yml`` names it, with the index only)
+ESTIMATOR_NAV_TITLE = "Estimators"
+
+
+def on_config(config):  # noqa: ANN001 - mkdocs hook signature
+    """mkdocs hook: fill the nav's "Estimators" section with :func:`estimator_nav`."""
+    for entry in config["nav"] or []:
+        if isinstance(entry, dict) and ESTIMATOR_NAV_TITLE in entry:
+            entry[ESTIMATOR_NAV_TITLE] = estimator_nav()
+    return config
+
+
 def on_files(files, config):  # noqa: ANN001 - mkdocs hook signature
     """mkdocs hook: add the generated pages to the site's files."""
     from mkdocs.structure.files import File  # lazy: the command-line use needs no mkdocs

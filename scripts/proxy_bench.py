@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         extra = list(args.overrides)
         if args.parallel > 1 and not any(o.startswith("model.num_threads=") for o in extra):
-            from g2po_bench.benchmarks.cpus import usable_cpus
+            from g2po_bench.runtime.cpus import usable_cpus
 
             extra.append(f"model.num_threads={max(1, usable_cpus() // args.parallel)}")
         with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as ex:

@@ -145,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     from g2po_bench.algorithms.backends.local.trainer import torch_threads
     from g2po_bench.benchmarks.registry import get_benchmark
     from g2po_bench.benchmarks.rollout import collect_rollouts
-    from g2po_bench.benchmarks.workers import EnvPool
     from g2po_bench.runconfig import load_config
+    from g2po_bench.runtime.workers import EnvPool
 
     cfg = load_config(args.config, args.overrides, preset=None if args.config else "webshop_cpu")
     if cfg.env.name != "webshop":
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     _, panel = load_task_splits(cfg, bench)
     model, tok = load_model_and_tokenizer(args.model, dtype=cfg.model.dtype, device="cpu")
     policy = LocalPolicy(model, tok, max_prompt_tokens=cfg.train.max_prompt_tokens)
-    with EnvPool(cfg.env.name, cfg.env, cfg.env.num_workers) as pool:
+    with EnvPool(bench, cfg.env, cfg.env.num_workers) as pool:
         rb = collect_rollouts(policy, pool, bench, panel, group_size=1, max_steps=cfg.env.max_steps,
                               temperature=args.temperature, max_new_tokens=cfg.train.max_response_tokens,
                               seed=cfg.seed + 7919, history_length=cfg.env.history_length,

@@ -180,6 +180,16 @@ def run_sweep_command(args, console, pictures=None) -> int:
                                   on_plan=lambda s, d, c: print_plan(s, d, c), pictures=pictures)
             if args.dry_run:
                 console.print("dry run: nothing submitted")
+                problem = launcher.cluster_problem(cluster)
+                if problem:
+                    console.print(f"note: a launch would fail here: {problem}", markup=False, highlight=False)
+                needs = sorted({v for d in res.decisions for v in d.run.needs})
+                if needs:
+                    n = sum(1 for d in res.decisions if d.run.needs)
+                    console.print(f"{n} run(s) use unset spec variables ({', '.join(needs)}): planned with placeholders, "
+                                  "their model and data folders not checked, their run ids ending in '?' (the hash needs "
+                                  "the values); set the variables or pass --var NAME=VALUE before launching",
+                                  markup=False, highlight=False)
                 return 0
             for sub in res.submitted:
                 console.print(f"submitted {sub['cluster']} job {sub['job_id']}: {len(sub['runs_in_job'])} run(s)")
@@ -230,6 +240,11 @@ def run_sweep_command(args, console, pictures=None) -> int:
         from rich.markup import escape
 
         console.print(f"[red]sweep spec error:[/red] {escape(str(exc))}")
+        return 2
+    except launcher.ClusterUnavailable as exc:
+        from rich.markup import escape
+
+        console.print(f"[red]sweep {args.sweep_command} failed:[/red] {escape(str(exc))}; nothing was submitted")
         return 2
     except Exception as exc:  # submission refused by the scheduler (sbatch error), lock timeout, ...
         import submitit

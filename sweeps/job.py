@@ -16,7 +16,7 @@ executor: one job per concurrency slot). For each run it
    checkpoint is emptied first, so every iteration appears exactly once);
 4. calls :func:`g2po_bench.train.run_train` and records the outcome in ``<sweep>/events.jsonl``.
 
-Signals (the policy of :mod:`g2po_bench.benchmarks.shutdown`): Slurm sends USR2 ``signal_delay_s`` before
+Signals (the policy of :mod:`g2po_bench.runtime.shutdown`): Slurm sends USR2 ``signal_delay_s`` before
 the end or at preemption; the trainer abandons (or finishes) the iteration in flight without
 recording it, checkpoints what is complete, and only then calls Submitit's handler, which calls
 :meth:`SweepJob.checkpoint` (the same job again) and requeues it; the requeued job resumes from
@@ -26,7 +26,7 @@ the trainer the same way, with ``status.json`` ``interrupted``; a relaunch resum
 workers ignore all of these and end with the trainer.
 
 The job sets the dispositions it relies on itself, whatever it inherited (:func:`job_guard`, a
-:class:`g2po_bench.benchmarks.shutdown.GracefulShutdown` around all its runs): SIGTERM and SIGINT
+:class:`g2po_bench.runtime.shutdown.GracefulShutdown` around all its runs): SIGTERM and SIGINT
 are stop requests even when the job was launched from a background shell (``nohup g2po sweep
 launch ... &`` starts every process with SIGINT ignored) and although Submitit bypasses SIGTERM. A
 request that comes between runs, or while a run is starting (before the trainer's own guard),
@@ -75,14 +75,14 @@ import submitit
 import yaml
 from rich.console import Console
 
-from g2po_bench.benchmarks.shutdown import (
+from g2po_bench.core.rundir import RunDir, append_jsonl, atomic_write_text
+from g2po_bench.runconfig import load_config
+from g2po_bench.runtime.shutdown import (
     STOP_SIGNALS,
     GracefulShutdown,
     ShutdownRequested,
     install_fork_hook,
 )
-from g2po_bench.core.rundir import RunDir, append_jsonl, atomic_write_text
-from g2po_bench.runconfig import load_config
 from g2po_bench.sweeps.claims import acquire, describe_owner
 from g2po_bench.train import run_train
 
@@ -146,7 +146,8 @@ def export_allocation(resources: dict[str, Any], cluster: str) -> dict[str, str]
 
 
 def _has_checkpoint(run: RunDir) -> int | None:
-    """Iteration of the checkpoint a resume would load (``latest`` or a leftover ``latest.old``)."""
+    """Iteration of the checkpoint a resume would load (the newest intact one:
+    :meth:`g2po_bench.core.rundir.RunDir.find_checkpoint`), None when there is none."""
     d = run.resume_checkpoint()
     if d is None:
         return None
@@ -199,8 +200,10 @@ def train_one(task: RunTask, console=None) -> dict[str, Any]:
             return {"run_id": task.run_id, "state": "skipped", "reason": "already done"}
 
         resume_from = _has_checkpoint(run)
-        if resume_from is None and run.metrics_path.exists():
-            atomic_write_text(run.metrics_path, "")  # fresh start: drop lines of a killed attempt
+        if not run.has_checkpoint() and run.metrics_path.exists():
+            # fresh start: drop lines of a killed attempt (a run whose checkpoints are all corrupt
+            # keeps its records: the trainer refuses to resume it, naming the file)
+            atomic_write_text(run.metrics_path, "")
         try:  # validated at launch; checked again here (paths must exist on this node too)
             cfg = _task_config(task, load_config)
         except Exception as exc:
@@ -237,14 +240,14 @@ def _quiet_forked_children() -> None:
     """Processes forked by the trainer (environment workers) would inherit Submitit's signal
     handlers (and checkpoint and requeue the job themselves when Slurm signals every process of
     the step): every forked child ignores the job's signals instead and dies with its parent
-    (:mod:`g2po_bench.benchmarks.shutdown`, where the whole signal policy is written down)."""
+    (:mod:`g2po_bench.runtime.shutdown`, where the whole signal policy is written down)."""
 
     install_fork_hook()
 
 
 def job_guard(cluster: str):
     """The job's signal guard (see the module docstring): a
-    :class:`g2po_bench.benchmarks.shutdown.GracefulShutdown` for SIGTERM and SIGINT held around all the
+    :class:`g2po_bench.runtime.shutdown.GracefulShutdown` for SIGTERM and SIGINT held around all the
     job's runs. On the ``local`` and ``slurm`` executors it takes the two signals whatever
     disposition the job inherited (a launch from a background shell passes SIGINT on ignored, and
     Submitit's job process bypasses SIGTERM); the ``debug`` executor runs the job in the launching
@@ -296,7 +299,7 @@ class SweepJob(submitit.helpers.Checkpointable):
 
     def _train_all(self) -> list[dict[str, Any]]:
         """Train the runs in order under :func:`job_guard`; a stop request ends the job (exit
-        status 128 + signal, :class:`g2po_bench.benchmarks.shutdown.Interrupted`) before the next run."""
+        status 128 + signal, :class:`g2po_bench.runtime.shutdown.Interrupted`) before the next run."""
         console = Console(file=sys.stdout, force_terminal=False, width=120)
         results: list[dict[str, Any]] = []
         with job_guard(self.tasks[0].cluster) as guard:

@@ -31,6 +31,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -59,12 +60,16 @@ __all__ = [
     "SweepState",
     "plan_launch",
     "launch",
+    "ClusterUnavailable",
+    "cluster_problem",
     "sweep_status",
     "cancel",
     "wait",
 ]
 
 CLUSTERS = ("slurm", "local", "debug")
+#: the commands a Slurm submission runs (Submitit writes an sbatch script whose tasks start with srun)
+SLURM_COMMANDS = ("sbatch", "srun")
 STATE_VERSION = 1
 SIGNAL_DELAY_S = 120  # Slurm sends USR2 this long before the time limit (checkpoint + requeue)
 
@@ -147,6 +152,9 @@ def plan_launch(spec: SweepSpec, runs: list[PlannedRun], state: SweepState) -> l
             by_run[r.run_id] = next(it)
     out = []
     for r in runs:
+        if r.needs:  # a dry run's placeholder: no folder, no state until the variables are set
+            out.append(Decision(r, "submit", f"new (needs {', '.join(r.needs)})"))
+            continue
         st = _run_dir(spec, r.run_id).read_status()
         if st and st.get("state") == "done":
             out.append(Decision(r, "skip", "done"))
@@ -241,6 +249,24 @@ class LaunchResult:
     dry_run: bool = False
 
 
+class ClusterUnavailable(RuntimeError):
+    """The chosen executor cannot submit from this machine (``--cluster slurm`` without Slurm's
+    commands); raised before anything is submitted or recorded."""
+
+
+def cluster_problem(cluster: str) -> str | None:
+    """Why ``cluster`` cannot submit from this machine, or None: Slurm needs ``sbatch`` and
+    ``srun`` on PATH (a login node of the cluster); ``local`` and ``debug`` always can."""
+    if cluster != "slurm":
+        return None
+    missing = [c for c in SLURM_COMMANDS if shutil.which(c) is None]
+    if not missing:
+        return None
+    return (f"--cluster slurm: {' and '.join(missing)} not found on PATH, so Slurm is not installed or not loaded "
+            "on this machine; launch from a login node of the cluster (or load its Slurm module), or run here with "
+            "--cluster local")
+
+
 def launch(spec: SweepSpec, cluster: str, *, where: list[str] | None = None, dry_run: bool = False,
            console=None, on_plan=None, pictures=None) -> LaunchResult:
     """Expand, validate, decide and submit (see the module docstring).
@@ -248,16 +274,21 @@ def launch(spec: SweepSpec, cluster: str, *, where: list[str] | None = None, dry
     ``on_plan(spec, decisions, cluster)`` is called with the plan before anything is
     submitted (the CLI prints it). ``pictures``: the tracker pictures' drawer handed to every run
     (picklable; :class:`g2po_bench.core.tracking.RunPictures`). Raises
-    :class:`g2po_bench.sweeps.spec.SpecError` before any work.
+    :class:`g2po_bench.sweeps.spec.SpecError` before any work, and :class:`ClusterUnavailable`
+    (:func:`cluster_problem`) before submitting (a dry run plans anyway).
     """
     if cluster not in CLUSTERS:
         raise ValueError(f"cluster must be one of {', '.join(CLUSTERS)}")
-    runs = expand(spec, where)  # validates every run: a broken spec fails here
+    # validates every run: a broken spec fails here; a dry run plans unset variables as placeholders
+    runs = expand(spec, where, placeholders=dry_run)
     if dry_run:
         decisions = plan_launch(spec, runs, SweepState(spec.output_dir))
         if on_plan:
             on_plan(spec, decisions, cluster)
         return LaunchResult(decisions, dry_run=True)
+    problem = cluster_problem(cluster)
+    if problem:
+        raise ClusterUnavailable(problem)
     state = SweepState(spec.output_dir)
     with _launch_lock(state, console):
         state = SweepState(spec.output_dir)  # re-read under the lock

@@ -36,11 +36,14 @@ a launch restricted to the 1.5B rows (``--where``).
 config with :func:`g2po_bench.runconfig.load_config` (plus the resource rules) before anything is
 submitted: a broken spec fails with all its errors, naming the run and the key. The run id is
 :func:`g2po_bench.core.config.resolve_run_id` of the resolved config (``<env>-<algorithm>-s<seed>-<hash>``),
-so two grid points that resolve to the same config are one run.
+so two grid points that resolve to the same config are one run; ``model.device=auto`` is hashed as
+the device the job gets (``cuda`` when ``resources.gpus`` > 0, else ``cpu``: a local job without
+GPUs sees none), not as what the launching machine has.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import itertools
 import json
@@ -65,6 +68,7 @@ __all__ = [
     "find_spec",
     "load_spec",
     "expand",
+    "PLACEHOLDER",
 ]
 
 SPEC_DIR = Path(__file__).parent / "specs"
@@ -173,6 +177,9 @@ class PlannedRun:
     resources: Resources
     config_yaml: str  # the resolved, validated config (run_id/output_dir/resume unset)
     aliases: list[dict[str, str]] = field(default_factory=list)  # other grid points, same config
+    # a dry run's placeholders (expand(..., placeholders=True)): the spec variables this run needs
+    # that are not set, as "$ENV" or "vars.NAME"; its run id ends in "?" (the hash needs their values)
+    needs: list[str] = field(default_factory=list)
 
     def label(self) -> str:
         return " ".join(f"{k}={v}" for k, v in self.labels.items() if k != "seed")
@@ -278,9 +285,15 @@ def load_spec(spec: str | Path, variables: dict[str, str] | None = None,
 
 
 # ---------------------------------------------------------------------------- resolution
-def _env_hints(raw: DictConfig) -> str:
-    """``NAME (set $ENV or pass --var NAME=...)`` for each spec variable that cannot be resolved."""
-    hints = []
+#: how an unset spec variable is written in a dry run's plan (``expand(..., placeholders=True)``)
+PLACEHOLDER = "<unset:{}>"
+_PLACEHOLDER_RE = re.compile(r"<unset:([^>]+)>")
+
+
+def _unset_vars(raw: DictConfig) -> dict[str, str]:
+    """Spec variable -> what sets it (``$ENV`` of its ``${oc.env:ENV}``, else ``vars.NAME``), for
+    each variable that cannot be resolved."""
+    out = {}
     for k in raw.vars.keys():
         try:
             raw.vars[k]
@@ -290,7 +303,13 @@ def _env_hints(raw: DictConfig) -> str:
         node = raw.vars._get_node(k)
         text = str(node._value()) if node is not None else ""
         envs = re.findall(r"\$\{oc\.env:\s*([A-Za-z_][A-Za-z0-9_]*)", text)
-        hints.append(f"{k} (${envs[0]})" if envs else k)
+        out[str(k)] = f"${envs[0]}" if envs else f"vars.{k}"
+    return out
+
+
+def _env_hints(raw: DictConfig) -> str:
+    """``NAME ($ENV), ...`` for each spec variable that cannot be resolved, with how to set them."""
+    hints = [f"{k} ({who})" if who.startswith("$") else k for k, who in _unset_vars(raw).items()]
     return ", ".join(hints) + " (set the environment variables or pass --var NAME=VALUE)" if hints else ""
 
 
@@ -439,18 +458,29 @@ def _parse_where(where: list[str] | None) -> dict[str, set[str]]:
     return out
 
 
-def expand(spec: SweepSpec, where: list[str] | None = None) -> list[PlannedRun]:
+def expand(spec: SweepSpec, where: list[str] | None = None, *, placeholders: bool = False) -> list[PlannedRun]:
     """Expand ``spec`` into its runs (grid x runs list x seeds), each validated.
 
     Args:
         where: ``AXIS=LABEL[,LABEL]`` filters (axis names of the grid, ``run`` for the runs
             list, ``seed``); only matching runs are expanded and resolved.
+        placeholders: a dry run's plan: a spec variable that is not set (an environment variable
+            such as ``$G2PO_MODEL_1_5B``) becomes the placeholder ``<unset:$G2PO_MODEL_1_5B>``
+            instead of an error; a run using one is validated in everything but the existence of
+            its model and data folders, lists the variables in :attr:`PlannedRun.needs`, and its
+            run id ends in ``?`` (the hash depends on the values). Never for a launch.
 
     Raises:
         SpecError: listing every run that fails (bad key, bad value, unresolved variable, ...).
     """
 
     raw = spec.raw
+    if placeholders:
+        unset = _unset_vars(raw)
+        if unset:
+            raw = copy.deepcopy(raw)  # the spec keeps its variables; the copy plans with placeholders
+            for k, who in unset.items():
+                raw.vars[k] = PLACEHOLDER.format(who)
     base = raw.get("base")
     base_preset: str | None = None
     base_pairs: list[tuple[str, Any]] = []
@@ -517,16 +547,20 @@ def expand(spec: SweepSpec, where: list[str] | None = None) -> list[PlannedRun]:
             errors.setdefault(str(exc), []).extend(f"{desc} seed={s}" for s in seeds)
             continue
         preset, overrides, resources, cfg0, d0 = base
+        needs = sorted({m for o in overrides for m in _PLACEHOLDER_RE.findall(o)})
         for seed in seeds:
             labels = {**combo_labels, "seed": str(seed)}
             cfg = dataclasses.replace(cfg0, seed=seed)
-            run = PlannedRun(run_id=resolve_run_id(cfg), labels=labels, seed=seed, preset=preset,
+            # model.device=auto means what the job gets: a GPU when the run asks for one
+            key = resolve_run_id(cfg, device="cuda" if resources.gpus else "cpu")
+            run_id = f"{cfg.env.name}-{cfg.algorithm.name}-s{seed}-?" if needs else key
+            run = PlannedRun(run_id=run_id, labels=labels, seed=seed, preset=preset,
                              overrides=[*overrides, f"seed={seed}"], resources=resources,
-                             config_yaml=yaml.safe_dump({**d0, "seed": seed}, sort_keys=False))
-            if run.run_id in planned:
-                planned[run.run_id].aliases.append(labels)
+                             config_yaml=yaml.safe_dump({**d0, "seed": seed}, sort_keys=False), needs=needs)
+            if key in planned:
+                planned[key].aliases.append(labels)
             else:
-                planned[run.run_id] = run
+                planned[key] = run
     if errors:
         n = sum(len(v) for v in errors.values())
         lines = []
@@ -562,7 +596,8 @@ def _plan_combo(base_preset, base_pairs, default_res, combo, load_config, config
     if not any(k == "progress" for k, _ in pairs):
         overrides.append("progress=false")
     resources = Resources.from_mapping(res, "resources")
-    cfg = load_config(None, overrides, preset=preset)  # validates (raises ConfigError)
+    placeholder = any(_PLACEHOLDER_RE.search(o) for o in overrides)  # a dry run's unset folder
+    cfg = load_config(None, overrides, preset=preset, check_paths=not placeholder)  # validates (raises ConfigError)
     _check_resources(cfg, resources)
     return preset, overrides, resources, cfg, config_to_dict(cfg)
 

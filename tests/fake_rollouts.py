@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from g2po_bench.benchmarks.policy import Generation
 from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.rollout import RolloutBatch, collect_rollouts
-from g2po_bench.benchmarks.workers import EnvPool
+from g2po_bench.runtime.policy_protocol import Generation
+from g2po_bench.runtime.workers import EnvPool
 
 TOY = get_benchmark("toy")
 
@@ -40,6 +40,6 @@ def toy_rollouts(seed: int = 0, groups: int = 3, group_size: int = 4, max_steps:
     """``groups`` groups of ``group_size`` toy episodes (valid, invalid and untagged outputs)."""
     tasks = TOY.load_tasks(None, "train")[:groups]
     pol = TokenPolicy([act("go east"), act("go west"), act("look"), "no tags"])
-    with EnvPool("toy", None, 2) as pool:
+    with EnvPool(get_benchmark("toy"), None, 2) as pool:
         return collect_rollouts(pol, pool, TOY, tasks, group_size=group_size, max_steps=max_steps,
                                 temperature=1.0, max_new_tokens=8, seed=seed)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from g2po_bench.algorithms.backends.local.model import build_tiny_model, load_model_and_tokenizer
-from g2po_bench.algorithms.backends.local.policy import LocalPolicy
 from g2po_bench.algorithms.backends.local.trainer import LocalTrainer
+from g2po_bench.algorithms.backends.local.transformers_policy import LocalPolicy
 from g2po_bench.benchmarks.rollout import RolloutBatch
 from g2po_bench.runconfig import load_config
 

@@ -25,7 +25,7 @@ import yaml
 from g2po_bench.analysis.naming import ALFWORLD_TASK_TYPES
 from g2po_bench.core.rundir import RunDir, atomic_write_json, atomic_write_text
 
-__all__ = ["make_eval", "write_synthetic_run", "write_demo_results"]
+__all__ = ["make_eval", "write_synthetic_run", "write_run_with_config", "panel_episodes", "write_demo_results"]
 
 
 def make_eval(
@@ -109,6 +109,30 @@ def write_synthetic_run(
         atomic_write_json(rd.eval_path, ev)
     last = max((int(r.get("iteration", 0)) for r in metrics), default=0)
     rd.write_status(state, last if state == "running" else iterations, iterations, error)
+    return rd
+
+
+def panel_episodes(successes: list[float], prefix: str = "task") -> list[list[Any]]:
+    """``eval.json`` ``episodes`` of a panel: ``[[task id, success], ...]`` (what the paired
+    differences match by task)."""
+    return [[f"{prefix}-{i}", float(v)] for i, v in enumerate(successes)]
+
+
+def write_run_with_config(root: str | os.PathLike, config: dict[str, Any], *, final: dict[str, Any],
+                          before: dict[str, Any] | None = None) -> RunDir:
+    """A finished run folder whose ``config.yaml`` is ``config`` verbatim (e.g. a sweep's planned
+    ``config_yaml``, or a committed run's), with ``eval.json`` ``final`` (and ``before``), one
+    metrics line per iteration and ``status.json`` done."""
+    rd = RunDir(root).create()
+    atomic_write_text(rd.config_path, yaml.safe_dump(config, sort_keys=False))
+    iterations = int((config.get("train") or {}).get("iterations", 1))
+    for i in range(1, iterations + 1):
+        rd.log_metrics({"iteration": i, "time_s": float(i)})
+    ev: dict[str, Any] = {"env": (config.get("env") or {}).get("name"), "history": [final], "final": final}
+    if before is not None:
+        ev["before"] = before
+    atomic_write_json(rd.eval_path, ev)
+    rd.write_status("done", iterations, iterations)
     return rd
 
 

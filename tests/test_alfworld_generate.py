@@ -174,7 +174,7 @@ def test_a_stop_request_ends_generation_between_games(tmp_path, workers, disposi
     import os
     import signal
 
-    from g2po_bench.benchmarks.shutdown import GracefulShutdown, ShutdownRequested
+    from g2po_bench.runtime.shutdown import GracefulShutdown, ShutdownRequested
 
     dispositions(signal.SIGTERM, signal.SIG_DFL)
 
@@ -194,7 +194,7 @@ import signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)
 signal.signal(signal.SIGTERM, signal.SIG_DFL)
 from g2po_bench.benchmarks.alfworld.generate import generate_games
-from g2po_bench.benchmarks.shutdown import GracefulShutdown, ShutdownRequested
+from g2po_bench.runtime.shutdown import GracefulShutdown, ShutdownRequested
 with GracefulShutdown(log=lambda m: None):
     try:
         generate_games(sys.argv[1], "train", 400, seed=0, max_receptacles=2, workers=2, progress=True)

@@ -1,4 +1,4 @@
-"""Aggregation over seeds: mean ± std, bootstrap CI, IQM (exact on known values)."""
+"""Aggregation over seeds: mean ± std, bootstrap CI, a cell's IQM (exact on known values)."""
 
 from __future__ import annotations
 
@@ -7,17 +7,9 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-import scipy.stats  # in the test extra: the IQM check below must run, never skip
 
-from g2po_bench.analysis.aggregate import (
-    aggregate_iqm,
-    aggregate_metrics,
-    bootstrap_ci,
-    iqm,
-    mean_std,
-    metrics_long,
-    stratified_bootstrap_ci,
-)
+from g2po_bench.analysis.aggregate import aggregate_metrics, mean_std, metrics_long
+from g2po_bench.core.stats import bootstrap_ci
 
 
 def test_mean_std_ddof1():
@@ -51,25 +43,17 @@ def test_bootstrap_ci_is_the_seeded_percentile_bootstrap():
     assert x.min() <= lo < hi <= x.max()
 
 
-def test_iqm_matches_rliable_definition():
-    assert iqm([1, 2, 3, 4, 5, 6, 7, 8]) == 4.5  # drops 1, 2 and 7, 8
-    assert iqm([1.0, 2.0, 10.0]) == pytest.approx(13 / 3)  # n < 4: nothing trimmed
-    rng = np.random.default_rng(0)
-    for n in (4, 5, 7, 12, 30):
-        a = rng.normal(size=(n, 3))
-        assert iqm(a) == pytest.approx(scipy.stats.trim_mean(a, 0.25, axis=None))
-        assert np.allclose(iqm(a, axis=0), scipy.stats.trim_mean(a, 0.25, axis=0))
+def _cell_iqm(values):
+    long = pd.DataFrame({"run_id": [f"r{i}" for i in range(len(values))], "seed": range(len(values)),
+                         "model_size": "tiny", "method_label": "G2PO", "method": "G2PO", "variant": "",
+                         "env": "alfworld", "metric": "success_all", "value": values, "in_progress": False})
+    return aggregate_metrics(long, n_boot=50).iloc[0]["iqm"]
 
 
-def test_stratified_bootstrap():
-    assert stratified_bootstrap_ci(np.full((3, 6), 50.0)) == (50.0, 50.0)
-    m = np.arange(18, dtype=float).reshape(3, 6)
-    a = stratified_bootstrap_ci(m, n_boot=2000, seed=1)
-    assert a == stratified_bootstrap_ci(m, n_boot=2000, seed=1)
-    assert a[0] <= iqm(m) <= a[1]
-    assert all(math.isnan(v) for v in stratified_bootstrap_ci(m[:1]))
-    with pytest.raises(ValueError):
-        stratified_bootstrap_ci(np.zeros(4))
+def test_a_cells_iqm_is_rliables_interquartile_mean_of_its_seeds():
+    assert _cell_iqm([1.0, 2, 3, 4, 5, 6, 7, 8]) == 4.5  # drops 1, 2 and 7, 8
+    assert _cell_iqm([1.0, 2.0, 10.0]) == pytest.approx(13 / 3)  # n < 4: nothing trimmed
+    assert _cell_iqm([5.0, 1.0, 9.0, 3.0, 7.0]) == pytest.approx((3 + 5 + 7) / 3)  # int(1.25) = 1 each end
 
 
 def _runs():
@@ -115,21 +99,6 @@ def test_aggregate_metrics_exact():
     w = cells[cells["metric"] == "webshop_score"].iloc[0]
     assert w["n"] == 1 and w["mean"] == 71.25 and math.isnan(w["std"]) and math.isnan(w["ci_low"])
     assert aggregate_metrics(metrics_long(_runs().iloc[:0])).empty
-
-
-def test_aggregate_iqm_over_runs_and_tasks():
-    rows = []
-    for seed in range(4):
-        for k, metric in enumerate(["success_pick", "success_look"]):
-            rows.append({"run_id": f"r{seed}", "model_size": "tiny", "method_label": "G2PO", "metric": metric,
-                         "value": float(10 * seed + k), "in_progress": False})  # fmt: skip
-    out = aggregate_iqm(pd.DataFrame(rows), n_boot=500)
-    r = out.iloc[0]
-    vals = np.array([0, 1, 10, 11, 20, 21, 30, 31], dtype=float)
-    assert (r["runs"], r["tasks"]) == (4, 2)
-    assert r["iqm"] == pytest.approx(vals[2:6].mean())
-    assert r["mean"] == pytest.approx(vals.mean())
-    assert r["ci_low"] <= r["iqm"] <= r["ci_high"]
 
 
 def _eval_file(path, before, final, before_t=None, final_t=None):

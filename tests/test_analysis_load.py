@@ -244,3 +244,66 @@ def test_evaluation_folders_are_not_seeds(tmp_path):
     assert set(skipped) == {"alfworld-g2po-s0-abc-eval", "copied-eval"}
     assert all(r.startswith("evaluation-only folder") and "not counted as a seed" in r for r in skipped.values())
     assert set(loaded.curves["run_id"]) == {"alfworld-g2po-s0-abc"}
+
+
+def _cfg(env, name, mode="mean_std_norm", options=None, **common):
+    return {"env": {"name": env}, "model": {"path": None},
+            "algorithm": {"name": name, "mode": mode, "gamma": 0.95, "step_weight": 1.0, "invalid_penalty": 0.1,
+                          "success_reward": 10.0, "options": dict(options or {}), **common}}
+
+
+def test_an_option_that_differs_within_a_method_makes_a_variant_on_every_benchmark():
+    """variants_in_set: the mode is a variant on the toy corridor (no reference mode there) and for an
+    estimator that leaves it out of its variant_options (RLOO ignores it) as soon as two runs of the
+    method differ in it; a set whose runs share their settings keeps variant_of's names."""
+    from g2po_bench.analysis.naming import variants_in_set
+
+    toy = {"a": _cfg("toy", "g2po", options={"aggregation": False}),
+           "b": _cfg("toy", "g2po", mode="mean_norm", options={"aggregation": False}),
+           "c": _cfg("toy", "grpo", mode="mean_norm")}  # alone in its method: no part
+    assert variants_in_set(toy) == {"a": "aggregation=false", "b": "aggregation=false, norm=mean_norm", "c": ""}
+    assert variant_of(toy["b"]) == "aggregation=false"  # one run alone: toy has no reference mode
+    rloo = {"x": _cfg("alfworld", "rloo"), "y": _cfg("alfworld", "rloo", mode="mean_norm"),
+            "z": _cfg("alfworld", "rloo", success_reward=5.0)}
+    assert variant_of(rloo["y"]) == variant_of(rloo["z"]) == ""  # options RLOO's function does not take
+    assert variants_in_set(rloo) == {"x": "", "y": "norm=mean_norm", "z": "success_reward=5"}
+    appworld = {"p": _cfg("appworld", "g2po", gamma=0.9), "q": _cfg("appworld", "g2po", gamma=0.9, mode="mean_norm")}
+    assert variants_in_set(appworld) == {"p": "gamma=0.9", "q": "gamma=0.9, norm=mean_norm"}
+    same = {f"s{i}": _cfg("alfworld", "g2po") for i in range(3)}
+    assert variants_in_set(same) == {"s0": "", "s1": "", "s2": ""}
+    lead = {"main": _cfg("alfworld", "g2po"), "agg": _cfg("alfworld", "g2po", options={"aggregation": False}),
+            "norm": _cfg("alfworld", "g2po", mode="mean_norm"), "grpo": _cfg("alfworld", "grpo"),
+            "grpo_norm": _cfg("alfworld", "grpo", mode="mean_norm")}
+    assert variants_in_set(lead) == {"main": "", "agg": "aggregation=false", "norm": "norm=mean_norm",
+                                     "grpo": "", "grpo_norm": "norm=mean_norm"}
+
+
+def test_runs_that_differ_outside_the_algorithm_are_named_in_the_duplicate_error(tmp_path):
+    """Two runs of one label and seed whose configs differ elsewhere (here train.lr) are still two
+    seeds of one row: the error names the keys they differ in."""
+    write_synthetic_run(tmp_path / "a", seed=0, final=make_eval(4, 0.5, ALF), extra_config={"train": {"lr": 0.001}})
+    write_synthetic_run(tmp_path / "b", seed=0, final=make_eval(4, 0.7, ALF), extra_config={"train": {"lr": 0.0003}})
+    with pytest.raises(DuplicateRunsError) as err:
+        load_runs(tmp_path)
+    assert "(their configs differ in train.lr (0.001 / 0.0003))" in str(err.value)
+
+
+def test_an_estimator_whose_module_is_not_importable_is_a_warning_naming_the_module(tmp_path, capsys):
+    """Issue 51: `g2po report` without PYTHONPATH dropped an out-of-tree estimator's label silently (the
+    row took the raw name). The run is still included, with a warning that names algorithm.module."""
+    from g2po_bench.cli import main
+
+    for seed in (0, 1):
+        write_synthetic_run(tmp_path / f"mine-s{seed}", algorithm="my_estimator", seed=seed,
+                            final=make_eval(4, 0.5, ALF),
+                            extra_config={"algorithm": {"name": "my_estimator", "module": "my_lab.not_on_this_path",
+                                                        "mode": "mean_std_norm", "step_weight": 1.0, "options": {}}})
+    loaded = load_runs(tmp_path)
+    assert list(loaded.runs["method"]) == ["my_estimator", "my_estimator"]
+    (w0, w1) = loaded.warnings
+    assert "'my_lab.not_on_this_path' (algorithm.module) is not importable here" in w0.reason
+    assert "PYTHONPATH" in w0.reason and w1.run_id == "mine-s1"
+    assert main(["report", str(tmp_path), "--out", str(tmp_path / "report"), "--no-figures", "--n-boot", "20"]) == 0
+    err = capsys.readouterr().err
+    assert "warning mine-s0: estimator 'my_estimator': its module 'my_lab.not_on_this_path'" in err
+    assert "my_lab.not_on_this_path" in (tmp_path / "report" / "report.md").read_text()

@@ -120,7 +120,7 @@ def test_report_on_empty_folder_and_cli(tmp_path, capsys):
     assert "skipped broken" in capsys.readouterr().out
     assert main([str(tmp_path / "nope"), "--out", str(tmp_path / "r2")]) == 2
     args = add_report_arguments(argparse.ArgumentParser()).parse_args(["results/runs"])
-    assert (args.results_dir, args.out, args.which, args.n_boot) == ("results/runs", None, "final", 10_000)
+    assert (args.results_dir, args.out, args.which, args.n_boot) == (["results/runs"], None, "final", 10_000)
     with pytest.raises(ValueError):
         build_report(tmp_path / "runs", tmp_path / "r3", which="before")
 
@@ -226,3 +226,177 @@ def test_a_short_run_is_flagged_in_the_tables_and_listed(tmp_path):
     relaxed = build_report(root, tmp_path / "out2", n_boot=200, figures=False, min_iterations=0)
     runs = relaxed.loaded.runs.set_index("run_id")
     assert runs["short_run"].to_dict() == {"grpo-s0": False, "grpo-s1": False, "g2po-s0": False, "g2po-s1": True}
+
+
+# ---------------------------------------------------------------------------- variants of a set of runs
+def _toy_ablation_spec(path):
+    """A user's own ablation spec as the docs teach it: algorithm.options.aggregation x algorithm.mode on
+    the toy corridor, toy sizes, two seeds."""
+    import yaml
+
+    spec = {
+        "name": "my_ablation",
+        "base": {"config": {"env": {"name": "toy", "max_steps": 4, "num_workers": 1},
+                            "train": {"iterations": 2, "groups_per_batch": 2, "group_size": 2, "sft_epochs": 1},
+                            "model": {"hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "vocab_size": 300},
+                            "eval": {"num_tasks": 4, "every": 0}}},
+        "grid": {"algorithm.options.aggregation": [True, False], "algorithm.mode": ["mean_std_norm", "mean_norm"]},
+        "seeds": [0, 1],
+        "resources": {"gpus": 0, "cpus": 1, "mem_gb": 2, "time": 20},
+    }
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def test_a_toy_ablation_spec_reports_each_setting_as_a_variant(tmp_path, capsys):
+    """Issue 51: a grid of algorithm.options.aggregation x algorithm.mode on the toy corridor ran, then
+    `g2po report` exited 2 ("runs with the same method/size/env/seed would each count as a seed: G2PO
+    [aggregation=false] ..."): the mode made a variant on ALFWorld and WebShop only. Any common option
+    that differs between the runs of one method now makes one, on every benchmark. The run folders hold
+    the configs the spec plans (sweeps.spec.expand), as its runs write them."""
+    import yaml
+    from synthetic_runs import panel_episodes, write_run_with_config
+
+    from g2po_bench.cli import main as g2po_main
+    from g2po_bench.sweeps.spec import expand, load_spec
+
+    planned = expand(load_spec(_toy_ablation_spec(tmp_path / "my_ablation.yaml")))
+    assert len(planned) == 8
+    succ = {("true", "mean_std_norm"): [1, 1, 0, 0], ("true", "mean_norm"): [1, 0, 0, 0],
+            ("false", "mean_std_norm"): [1, 1, 1, 0], ("false", "mean_norm"): [0, 0, 0, 0]}
+    for run in planned:
+        cfg = yaml.safe_load(run.config_yaml)
+        wins = succ[(str(cfg["algorithm"]["options"]["aggregation"]).lower(), cfg["algorithm"]["mode"])]
+        final = {**make_eval(2, sum(wins) / 4), "episodes": panel_episodes(wins)}
+        write_run_with_config(tmp_path / "runs" / run.run_id, {**cfg, "run_id": run.run_id}, final=final)
+    assert g2po_main(["report", str(tmp_path / "runs"), "--out", str(tmp_path / "report"), "--n-boot", "200"]) == 0
+    capsys.readouterr()
+    res = build_report(tmp_path / "runs", tmp_path / "report", n_boot=200, figures=False)
+    labels = res.loaded.runs.groupby("method_label")["seed"].apply(sorted).to_dict()
+    assert labels == {"G2PO [aggregation=true]": [0, 1], "G2PO [aggregation=true, norm=mean_norm]": [0, 1],
+                      "G2PO [aggregation=false]": [0, 1], "G2PO [aggregation=false, norm=mean_norm]": [0, 1]}
+    text = res.report_path.read_text(encoding="utf-8")
+    assert "## Ablations and variants" in text
+    for label, wins in (("G2PO [aggregation=false]", 3), ("G2PO [aggregation=true, norm=mean_norm]", 1)):
+        # (toy sizes: 2 RL iterations, marked short)
+        assert f"| tiny | {label} | 2 | {wins * 25:.1f} ± 0.0† |" in res.tables["variants"].to_markdown()
+    # the paired differences pair the variants like any two rows: 2/4 - 3/4 on both seeds
+    frame = pd_read(tmp_path / "report" / "differences.csv").set_index(["method_label", "baseline_label"])
+    row = frame.loc[("G2PO [aggregation=true]", "G2PO [aggregation=false]")]
+    assert row["difference"] == pytest.approx(-25.0) and row["seeds"] == 2
+    assert (tmp_path / "report" / "figures" / "paired_differences.png").is_file()  # drawn by the CLI's report
+
+
+def pd_read(path):
+    import pandas as pd
+
+    return pd.read_csv(path)
+
+
+COMMITTED = __import__("pathlib").Path(__file__).resolve().parents[1] / "results" / "proxy" / "sweep" / "runs"
+
+
+def test_an_ablation_beside_the_committed_comparison_gets_variant_rows_and_paired_differences(tmp_path, capsys):
+    """The lead's ablation (sweeps/specs/cpu_ablation): G2PO without state aggregation, G2PO and GRPO with
+    mean_norm, 5 seeds each, in their own folder, reported beside the committed comparison with
+    `g2po report ABLATION_RUNS results/proxy/sweep/runs --methods G2PO GRPO`: the committed rows keep their
+    names, the ablations are variants, and each is paired with its main row by seed and panel task
+    (hand-made panels: the aggregation=false runs win every episode, the G2PO mean_norm runs none, the GRPO
+    mean_norm runs replay GRPO's episodes)."""
+    import json
+
+    import yaml
+    from synthetic_runs import write_run_with_config
+
+    from g2po_bench.cli import main as g2po_main
+
+    ablation = tmp_path / "ablation" / "runs"
+    finals = {}
+    for run in sorted(COMMITTED.iterdir()):
+        algo, seed = run.name.split("-")[1], int(run.name.split("-")[2][1:])
+        if algo in ("g2po", "grpo"):
+            finals[algo, seed] = (yaml.safe_load((run / "config.yaml").read_text()),
+                                  json.loads((run / "eval.json").read_text())["final"])
+    for (algo, seed), (cfg, final) in sorted(finals.items()):
+        changes = {"g2po": [("aggregation=false", {"options": {"aggregation": False}}, 1.0),
+                            ("mean_norm", {"mode": "mean_norm"}, 0.0)],
+                   "grpo": [("mean_norm", {"mode": "mean_norm"}, None)]}[algo]
+        for tag, algorithm, win in changes:
+            eps = [[t, win if win is not None else s] for t, s in final["episodes"]]
+            by_type: dict[str, list[float]] = {}
+            for t, s in eps:  # "eval/<task type>-<object>-...": the panel's task types
+                by_type.setdefault(t.split("/")[1].split("-")[0], []).append(s)
+            ev = {**final, "episodes": eps, "success_rate": sum(s for _, s in eps) / len(eps),
+                  "per_task_type": {k: sum(v) / len(v) for k, v in by_type.items()}}
+            config = {**cfg, "algorithm": {**cfg["algorithm"], **algorithm}, "run_id": f"{algo}-{tag}-s{seed}"}
+            write_run_with_config(ablation / f"{algo}-{tag}-s{seed}", config, final=ev)
+    out = tmp_path / "report"
+    assert g2po_main(["report", str(ablation), str(COMMITTED), "--methods", "G2PO", "GRPO", "--out", str(out),
+                      "--no-figures", "--n-boot", "200"]) == 0
+    capsys.readouterr()
+    runs = pd_read(out / "runs.csv")
+    assert runs.groupby("method_label").size().to_dict() == {
+        "G2PO": 5, "GRPO": 5, "G2PO [aggregation=false]": 5, "G2PO [norm=mean_norm]": 5, "GRPO [norm=mean_norm]": 5}
+    diff = pd_read(out / "differences.csv").set_index(["method_label", "baseline_label"])
+    g2po_final = 100 * sum(f["success_rate"] for (a, _), (_, f) in finals.items() if a == "g2po") / 5
+    assert g2po_final == pytest.approx(44.0)  # the committed G2PO row (results/proxy/report)
+    assert diff.loc[("G2PO [aggregation=false]", "G2PO"), "difference"] == pytest.approx(100 - 44.0)
+    assert diff.loc[("G2PO [norm=mean_norm]", "G2PO"), "difference"] == pytest.approx(-44.0)
+    assert diff.loc[("GRPO [norm=mean_norm]", "GRPO"), "difference"] == pytest.approx(0.0)
+    assert diff.loc[("G2PO", "GRPO"), "difference"] == pytest.approx(7.3, abs=0.05)  # as committed
+    assert (diff["seeds"] == 5).all()
+    text = (out / "report.md").read_text(encoding="utf-8")
+    assert f"Results folders: `{ablation}`, `{COMMITTED}`" in text
+    assert "| tiny | G2PO [aggregation=false] | 5 | 100.0 ± 0.0 |" in text  # the variants table
+    # a method no run has is one line naming those there are
+    assert g2po_main(["report", str(ablation), "--methods", "PPO", "--out", str(out), "--no-figures"]) == 2
+    assert "no run of PPO; the methods here: G2PO, GRPO" in capsys.readouterr().err
+
+
+def test_the_paired_differences_are_drawn_as_a_forest_plot_linked_from_the_report(tmp_path):
+    """Issue 51: the README's headline is a table of paired differences, and no figure showed them. The
+    report draws figures/paired_differences.png (dot = difference, bar = CI) and links it."""
+    from synthetic_runs import panel_episodes, write_run_with_config
+
+    root = tmp_path / "runs"
+    wins = {"grpo": [1, 0, 0, 0, 1, 0], "g2po": [1, 1, 0, 1, 1, 0], "gigpo": [1, 1, 0, 0, 1, 0]}
+    for algo, w in wins.items():
+        for seed in (0, 1, 2):
+            cfg = {"seed": seed, "env": {"name": "alfworld"}, "model": {"path": None}, "train": {"iterations": 2},
+                   "algorithm": {"name": algo, "mode": "mean_std_norm", "step_weight": 1.0, "options": {}}}
+            final = {**make_eval(2, sum(w) / 6), "episodes": panel_episodes(w)}
+            write_run_with_config(root / f"{algo}-s{seed}", cfg, final=final)
+    res = build_report(root, tmp_path / "report", n_boot=200)
+    png = tmp_path / "report" / "figures" / "paired_differences.png"
+    assert res.figures["paired_differences"] == png and png.read_bytes()[:8] == PNG
+    text = res.report_path.read_text(encoding="utf-8")
+    assert "![paired_differences](figures/paired_differences.png)" in text
+    assert "Figure: [figures/paired_differences.png](figures/paired_differences.png)" in text
+    assert F.plot_paired_differences({}, tmp_path / "none.png") is None
+    assert "no pair of methods" in F.figure_skip_reason("paired_differences")
+
+
+def test_a_tiny_baseline_row_is_marked_and_kept_out_of_the_step_level_table(tmp_path):
+    """Issue 51: a 1-task, 2-step ReAct run stood beside the published ReAct row without a mark, and in
+    the table of the 2026 step-level estimators. It is marked † with its tasks and steps, and only
+    Table 1 shows it."""
+    cfg = {"seed": 0, "kind": "baseline", "baseline": {"name": "react"},
+           "env": {"name": "alfworld", "max_steps": 2, "eval_split": "valid_seen"},
+           "eval": {"num_tasks": 1}, "model": {"path": "/models/Qwen2.5-1.5B-Instruct"}}
+    from synthetic_runs import write_run_with_config
+
+    write_run_with_config(tmp_path / "runs" / "react", cfg, final=make_eval(0, 0.0, alf(0.0), num_episodes=1))
+    full = {**cfg, "env": {**cfg["env"], "max_steps": 50}, "eval": {"num_tasks": 0},
+            "model": {"path": "/models/Qwen2.5-7B-Instruct"}}
+    write_run_with_config(tmp_path / "runs" / "react-7b", full, final=make_eval(0, 0.5, alf(0.5)))
+    write_synthetic_run(tmp_path / "runs" / "g2po", algorithm="g2po", seed=0, iterations=54,
+                        final=make_eval(54, 0.5, alf(0.5)))
+    res = build_report(tmp_path / "runs", tmp_path / "report", n_boot=50, figures=False)
+    text = res.report_path.read_text(encoding="utf-8")
+    t1 = res.tables["table1"].to_markdown()
+    assert "| 1.5B | ReAct | 1 | 0.0 ± n/a† | 17.4 | -17.4 |" in t1
+    assert "| 7B | ReAct | 1 | 50.0 ± n/a | 48.5 | +1.5 |" in t1  # the published protocol: no mark
+    assert ("- `react` (ReAct, prompting baseline): 1 task, 2 steps (the published protocol: the whole "
+            "valid_seen split, 50 steps)") in text
+    step = res.tables["step_2026"]
+    assert {m for _, m in step.rows} == {"GRPO", "GiGPO", "GraphGPO", "HGPO", "CRBC", "G2PO"}

@@ -23,6 +23,7 @@ from g2po_bench.benchmarks.appworld.runtime import (
     find_python,
 )
 from g2po_bench.benchmarks.appworld.synthetic import LOGIN_CELL, build_tasks, create_note_spec
+from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.core.config import EnvConfig
 from g2po_bench.core.protocol import Task
 
@@ -286,7 +287,7 @@ class _ExpertPolicy:
 
     def generate(self, prompts, *, temperature, max_new_tokens, top_p=1.0, seed=None):
         from g2po_bench.benchmarks.appworld.prompt import expert_response
-        from g2po_bench.benchmarks.policy import Generation
+        from g2po_bench.runtime.policy_protocol import Generation
 
         out = []
         for p in prompts:
@@ -303,12 +304,12 @@ def test_rollout_engine_groups_start_identically_and_win(root, appworld_python):
 
     from g2po_bench.benchmarks.appworld import BENCHMARK as bench
     from g2po_bench.benchmarks.rollout import collect_rollouts
-    from g2po_bench.benchmarks.workers import EnvPool
+    from g2po_bench.runtime.workers import EnvPool
 
     cfg = EnvConfig(name="appworld", data_dir=str(root), appworld_python=appworld_python, num_workers=1)
     task = next(t for t in load_tasks(cfg, "train") if t.task_id == "tcount_1")
     policy = _ExpertPolicy({"How many notes do I have?": SPECS[0]["solution"]}, r"Now you are at step (\d+)")
-    with EnvPool("appworld", cfg, num_workers=1) as pool:
+    with EnvPool(get_benchmark("appworld"), cfg, num_workers=1) as pool:
         rb = collect_rollouts(policy, pool, bench, [task], group_size=2, max_steps=5, temperature=1.0,
                               max_new_tokens=8, seed=0)
     assert [t["success"] for t in rb.trajectories] == [True, True]
@@ -321,13 +322,13 @@ def test_rollout_engine_groups_start_identically_and_win(root, appworld_python):
 
 def test_react_baseline_plays_appworld(root, appworld_python):
     from g2po_bench.baselines.agents import run_react
-    from g2po_bench.benchmarks.workers import EnvPool
+    from g2po_bench.runtime.workers import EnvPool
 
     cfg = EnvConfig(name="appworld", data_dir=str(root), appworld_python=appworld_python, num_workers=1)
     tasks = load_tasks(cfg, "train")
     policy = _ExpertPolicy({"How many notes do I have?": SPECS[0]["solution"],
                             SPECS[1]["instruction"]: SPECS[1]["solution"]}, r"You are at step (\d+) of at most")
-    with EnvPool("appworld", cfg, num_workers=1) as pool:
+    with EnvPool(get_benchmark("appworld"), cfg, num_workers=1) as pool:
         ev = run_react(policy, pool, "appworld", tasks, max_steps=5, temperature=0.0, max_new_tokens=8, seed=0)
     assert ev["success_rate"] == 1.0 and ev["num_episodes"] == 2 and ev["invalid_frac"] == 0.0
     assert ev["mean_steps"] == 3.0

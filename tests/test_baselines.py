@@ -10,14 +10,16 @@ import pytest
 import yaml
 from test_openai_policy import FakeServer
 
-from g2po_bench.baselines.agents import STOP, parse_step, step_seed
+from g2po_bench.baselines.agents import STOP, ReactAgent, Trial, parse_step, step_seed
 from g2po_bench.baselines.config import BaselineConfig, is_baseline_request, load_baseline_config
 from g2po_bench.baselines.fewshot import Transcript, select_examples
 from g2po_bench.baselines.prompts import StepView, render_react_prompt
 from g2po_bench.baselines.run import run_baseline
-from g2po_bench.benchmarks.policy import Generation
+from g2po_bench.benchmarks.driver import LockStepDriver, Sampling
 from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.core.config import ConfigError
+from g2po_bench.runtime.policy_protocol import Generation
+from g2po_bench.runtime.workers import EnvPool
 
 TOY = get_benchmark("toy")
 
@@ -134,6 +136,35 @@ def test_react_run_folder(tmp_path):
     assert len(runs) == 1
     row = runs.iloc[0]
     assert row["kind"] == "baseline" and row["method"] == "ReAct" and row["final.success_rate"] == 1.0
+
+
+def test_react_plays_on_the_lock_step_driver_with_its_thoughts_and_reflections_in_its_prompts():
+    """ReAct is an agent of the rollout engine's driver: the completion prefix is put back in front
+    of the answer, the thought is booked with the step and shown in the next prompt, a slot's
+    reflections reach that slot's prompts only, and the trial record reads the driver's episode."""
+    tasks = TOY.load_tasks(None, "valid_seen")[:2]
+    agent = ReactAgent("toy", max_steps=3, memory={7: ["Plan: always go east."]},
+                       prompt_options={"style": "completion"})
+    pol = ScriptedPolicy(lambda p: "East looks right.</think><action>Go East.</action>")
+    with EnvPool(get_benchmark("toy"), None, 1) as pool:
+        driver = LockStepDriver(pol, pool, TOY, agent, Sampling(0.5, 16), lambda t: step_seed(4, 1, t), max_steps=3)
+        episodes = driver.run([(3, tasks[0]), (7, tasks[1])])
+    assert [c["seed"] for c in pol.calls] == [step_seed(4, 1, t) for t in range(len(pol.calls))]
+    assert all(c["temperature"] == 0.5 and c["max_new_tokens"] == 16 for c in pol.calls)
+    first, second = pol.calls[0]["prompts"], pol.calls[1]["prompts"]
+    assert "always go east" not in first[0] and "always go east" in first[1]
+    assert "East looks right." not in first[0] and "East looks right." in second[0]
+    ep = episodes[0]
+    assert ep.steps[0].response == "<think>East looks right.</think><action>Go East.</action>"
+    assert ep.steps[0].thought == "East looks right." and ep.steps[0].action == "go east" and ep.steps[0].valid
+    trial = Trial.of(ep, 1)
+    rec = trial.record(3)
+    assert rec["trial"] == 1 and rec["traj_id"] == 3 and rec["task_id"] == tasks[0].task_id
+    assert rec["success"] == ep.won and rec["num_steps"] == ep.num_steps
+    assert rec["score"] == (100.0 if ep.won else 0.0)  # the toy reports no score: 100 x its reward
+    assert rec["steps"][0] == {"response": ep.steps[0].response, "thought": "East looks right.",
+                               "action": "go east", "valid": True, "observation": ep.steps[0].next_observation}
+    assert trial.instruction == ep.first.instruction and trial.first_observation == ep.first.text
 
 
 def test_reflexion_stores_reflections_between_trials(tmp_path):
@@ -319,16 +350,16 @@ def test_cli_config_prints_the_baseline_run_config(capsys):
     assert "max_trails" in capsys.readouterr().err
 
 
-def test_bench_summarizes_baseline_runs(tmp_path, capsys):
-    from g2po_bench.baselines import bench
+def test_measure_summarizes_baseline_runs(tmp_path, capsys):
+    from g2po_bench.baselines import measure
 
     cfg, b = toy_config(tmp_path, "baseline=reflexion", "baseline.max_trials=2", "env.max_steps=3")
     run_baseline(cfg, b, policy=ScriptedPolicy(lambda p: "Plan: x" if "did not complete it" in p
                                                else "<action>go east</action>"))
-    assert bench.main(["--summarize", str(tmp_path)]) == 0
+    assert measure.main(["--summarize", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "toy       reflexion" in out and "0.400 (2/5)" in out and "by trial 0.400/0.400" in out
-    assert bench.main(["--summarize", str(tmp_path / "nothing-here")]) == 1
+    assert measure.main(["--summarize", str(tmp_path / "nothing-here")]) == 1
 
 
 def test_baseline_episodes_end_after_refusals_like_rl_episodes(tmp_path):
@@ -360,3 +391,68 @@ def test_refusal_stop_counts_refusals_in_a_row_per_episode():
     assert not any(RefusalStop(0).stuck("a", obs(True)) for _ in range(5))
     with pytest.raises(ValueError, match="stop_after_refusals"):
         RefusalStop(-1)
+
+
+# ---------------------------------------------------------------------------- the published protocol
+OPENAI = ["baseline=react", "baseline.policy=openai", "baseline.base_url=http://127.0.0.1:1/v1", "baseline.api_model=m"]
+
+
+def test_a_baseline_plays_the_benchmarks_published_step_limit(tmp_path):
+    """Issue 51: the prompting-baseline recipe ran ALFWorld with the CPU default's 15 steps (docs and paper:
+    50; only baselines/bench.py set 50). A baseline now plays each benchmark's published limit unless the
+    overrides, the config file or a preset set env.max_steps."""
+    from g2po_bench.benchmarks.registry import preset_files
+
+    assert load_baseline_config(None, ["env=alfworld", *OPENAI])[0].env.max_steps == 50
+    assert load_baseline_config(None, ["env=webshop", *OPENAI])[0].env.max_steps == 15
+    assert load_baseline_config(None, ["env=alfworld", "env.max_steps=7", *OPENAI])[0].env.max_steps == 7
+    assert load_baseline_config(None, ["env=toy", *OPENAI])[0].env.max_steps == 15  # no published limit
+    f = tmp_path / "run.yaml"
+    f.write_text(yaml.safe_dump({"env": {"name": "alfworld", "max_steps": 20}}))
+    assert load_baseline_config(f, OPENAI)[0].env.max_steps == 20  # a rerun keeps its recorded limit
+    # the limits are the GPU presets' (the papers' settings)
+    for preset, name in (("alfworld_1.5b", "alfworld"), ("webshop_1.5b", "webshop"), ("appworld_14b", "appworld")):
+        steps = yaml.safe_load(preset_files()[preset].read_text())["env"]["max_steps"]
+        assert get_benchmark(name).reference_max_steps == steps
+
+
+def test_printing_a_baseline_config_converts_no_model(tmp_path, monkeypatch, capsys):
+    """Issue 51: `g2po config baseline=... model=smollm2` converted the model (a side effect of printing a
+    config). It now prints the folder the run will convert it into and converts nothing."""
+    import g2po_bench.baselines.config as bconfig
+    from g2po_bench.cli import main
+
+    target = tmp_path / "models" / "SmolLM2-135M-Instruct"
+
+    def no_conversion(*args, **kwargs):
+        raise AssertionError("g2po config converted the model")
+
+    monkeypatch.setattr(bconfig, "ensure_smollm2", no_conversion)
+    monkeypatch.setattr(bconfig, "smollm2_folder", lambda *a: (target, False), raising=False)
+    assert main(["config", "baseline=react", "model=smollm2", "env=toy"]) == 0
+    out = capsys.readouterr()
+    assert yaml.safe_load(out.out)["model"]["path"] == str(target)
+    assert "not there yet" in out.err and not target.exists()
+    with pytest.raises(AssertionError, match="converted"):  # a run converts it
+        load_baseline_config(None, ["env=toy", "baseline=react", "model=smollm2"])
+
+
+def test_a_baseline_run_says_each_start_up_phase(tmp_path):
+    """Issue 51: a baseline run was silent for about 3 minutes at start (tasks, few-shot examples, model,
+    workers). Each phase now prints a line with the seconds since the start, before the first episode."""
+    import io
+
+    from rich.console import Console
+
+    cfg, b = toy_config(tmp_path, "baseline=react", "baseline.num_examples=1", "progress=true")
+    buf = io.StringIO()
+    run_baseline(cfg, b, console=Console(file=buf, width=200), policy=ScriptedPolicy(
+        lambda p: "<think>east</think><action>go east</action>"))
+    lines = buf.getvalue().splitlines()
+    phases = ["react on toy: loading the valid_seen tasks", "panel: 5 task(s) x 1 episode(s), at most 8 steps each",
+              "few-shot examples: 1 expert transcript(s) per task type", "starting the environment workers",
+              "playing 5 task(s)"]
+    at = [next(i for i, line in enumerate(lines) if phase in line) for phase in phases]
+    first_episode = next(i for i, line in enumerate(lines) if "react trial 1" in line)
+    assert at == sorted(at) and at[-1] < first_episode
+    assert all(lines[i].lstrip().startswith("[") and " s] " in lines[i] for i in at)

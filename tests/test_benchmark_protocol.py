@@ -96,6 +96,7 @@ def test_conformance(name, tmp_path):
             if obs.done:
                 break
         assert obs.done and obs.won, f"{name}: the expert's plan does not win {task.task_id}"
+        assert bench.step_reward(obs, 10.0) == 10.0  # the winning step earns the success reward
     finally:
         env.close()
     bench.validate_config(cfg)  # the default passes its own checks
@@ -158,6 +159,10 @@ def test_optional_hooks_have_defaults():
 
     m = Minimal()
     assert m.parse_response("<think>a</think><action>Go East</action>").action == "go east"
+    # the reference reward: success_reward on the winning step, 0 on every other (whatever the env's own reward)
+    won = Observation("You win.", "", None, "s", reward=1.0, done=True, won=True)
+    lost = Observation("You lose.", "", None, "s", reward=0.4, done=True, won=False)
+    assert m.step_reward(won, 10.0) == 10.0 and m.step_reward(won, 3.0) == 3.0 and m.step_reward(lost, 10.0) == 0.0
     assert m.episode_set_score([{"task_id": "a", "success": True}]) is None
     assert m.generate(None) is None and m.speed_benchmark([]) is None and m.failure_hint(["x"], 0.0) is None
     assert m.plan_sentence(None, [], "Do it.") == "My goal: Do it."

@@ -180,3 +180,39 @@ def test_help_lists_the_main_forms_with_examples(command, capsys):
     if command == "sweep":
         for sub in ("list", "launch", "status", "cancel"):
             assert f"g2po sweep {sub}" in examples
+
+
+# ---------------------------------------------------------------------------- committed records
+COMMITTED_GRPO = ROOT / "results" / "proxy" / "sweep" / "runs" / "alfworld-grpo-s0-c9b97b2b94"
+
+
+def test_eval_of_a_finished_record_without_checkpoints_says_what_it_is(tmp_path, capsys):
+    """Issue 51: `g2po eval --run` on a committed run said "the run has not finished an iteration yet"; it
+    is done, its checkpoints are not committed. The message says so and how to get the weights back."""
+    assert json.loads((COMMITTED_GRPO / "status.json").read_text())["state"] == "done"
+    assert main(["eval", "--run", str(COMMITTED_GRPO)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "not finished an iteration" not in err
+    assert "finished (54 of 54 iterations), but its folder holds no checkpoint" in err
+    assert "g2po train --config RUN/config.yaml run_id=null output_dir=results/runs resume=false" in err
+    # a run that never checkpointed keeps the old message
+    young = tmp_path / "young"
+    young.mkdir()
+    (young / "config.yaml").write_text((COMMITTED_GRPO / "config.yaml").read_text())
+    (young / "status.json").write_text(json.dumps({"state": "running", "iteration": 0, "total_iterations": 54}))
+    assert main(["eval", "--run", str(young)]) == 2
+    assert "has not finished an iteration yet" in capsys.readouterr().err
+
+
+def test_graph_of_a_record_copied_without_steps_reads_its_config(tmp_path, capsys):
+    """Issue 51: `g2po graph` on a committed GRPO run said "trained with record_graphs=false" while its
+    config.yaml says true (the committed GRPO and CRBC records were copied without their step tables)."""
+    assert yaml.safe_load((COMMITTED_GRPO / "config.yaml").read_text())["record_graphs"] is True
+    assert main(["graph", str(COMMITTED_GRPO)]) == 2
+    err = capsys.readouterr().err
+    assert "record_graphs=false" not in err and "config.yaml says record_graphs=true" in err
+    off = tmp_path / "off"
+    off.mkdir()
+    (off / "config.yaml").write_text("record_graphs: false\n")
+    assert main(["graph", str(off)]) == 2
+    assert "it was trained with record_graphs=false" in capsys.readouterr().err

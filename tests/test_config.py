@@ -115,3 +115,55 @@ def test_a_list_of_strings_is_overridden_as_a_list():
                              "logging.tags=[a,b]", "logging.group=off"])
     assert cfg.env.task_types == ["pick_and_place_simple", "look_at_obj_in_light"]
     assert cfg.logging.tags == ["a", "b"] and cfg.logging.group == "off"
+
+
+@pytest.mark.parametrize("key, value", [("mode", "mean_norm"), ("gamma", "0.9"), ("step_weight", "0.5"),
+                                        ("invalid_penalty", "0.2"), ("success_reward", "5.0")])
+def test_a_common_option_has_one_spelling(key, value, capsys):
+    """algorithm.options.mode=mean_norm used to be accepted and to override algorithm.mode silently, while
+    config.yaml still said mean_std_norm: now the other spelling is refused at load, naming the key to use."""
+    from g2po_bench.cli import main
+
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [f"algorithm.options.{key}={value}"])
+    assert f"algorithm.{key}={value}" in str(err.value) and f"algorithm.options.{key}" in str(err.value)
+    assert main(["config", f"algorithm.options.{key}={value}"]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and len(out.err.strip().splitlines()) == 1 and "Traceback" not in out.err
+    cfg = load_config(None, [f"algorithm.{key}={value}"])  # the one spelling: recorded as it ran
+    assert str(getattr(cfg.algorithm, key)) == value and cfg.algorithm.options == {}
+
+
+def test_section_shorthands_work_for_training_configs(capsys):
+    """``g2po train env=webshop`` failed with "Merge error: str is not a subclass of EnvConfig", although
+    the baselines' docs teach ``env=NAME``: the shorthands are now the config's own, on every command."""
+    from g2po_bench.cli import main
+
+    cfg = load_config(None, ["env=toy", "algorithm=grpo"])
+    assert (cfg.env.name, cfg.algorithm.name) == ("toy", "grpo")
+    assert load_config(None, ["env={name: toy}"]).env.name == "toy"  # a mapping is still a mapping
+    with pytest.raises(ConfigError, match="model.path"):
+        load_config(None, ["model=/no/such/model"])
+    assert main(["config", "env=toy"]) == 0
+    assert "  name: toy" in capsys.readouterr().out
+
+
+def test_device_auto_names_the_run_of_the_device_it_resolves_to(monkeypatch):
+    """``model.device`` auto and cpu hashed to different run ids, so a plain ``g2po train`` never matched
+    the committed cpu_proxy run it is identical to (recorded with device cpu). ``auto`` now enters the hash
+    as the device it resolves to: cpu on a CPU machine (the committed G2PO seed-0 run), cuda on a GPU one."""
+    import torch
+
+    from g2po_bench.core.config import resolve_device
+
+    cfg = load_config()
+    assert cfg.model.device == "auto"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == "cpu"
+    assert resolve_run_id(cfg) == "alfworld-g2po-s0-1acd082ae3"  # results/proxy/sweep/runs
+    assert config_hash(cfg) == config_hash(load_config(None, ["model.device=cpu"]))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto") == "cuda"
+    assert config_hash(cfg) == config_hash(load_config(None, ["model.device=cuda"])) != config_hash(
+        load_config(None, ["model.device=cpu"]))
+    assert config_hash(cfg, device="cpu") == config_hash(load_config(None, ["model.device=cpu"]))

@@ -11,6 +11,7 @@ import pytest
 
 from g2po_bench.analysis.credit.exact import ExactCorridor, exact_ground_truth
 from g2po_bench.analysis.credit.groundtruth import Continuations, ground_truth, index_prefixes
+from g2po_bench.analysis.credit.replay import ReplayMismatch
 from g2po_bench.analysis.credit.scoring import (
     group_stats,
     rank_average,
@@ -32,11 +33,10 @@ from g2po_bench.analysis.credit.variants import (
     variant_advantages,
 )
 from g2po_bench.benchmarks.registry import get_benchmark
-from g2po_bench.benchmarks.rollout import ReplayMismatch
-from g2po_bench.benchmarks.toy.policy import ScriptedCorridorPolicy, respond
-from g2po_bench.benchmarks.workers import EnvPool
+from g2po_bench.benchmarks.toy.scripted_policy import ScriptedCorridorPolicy, respond
 from g2po_bench.core.protocol import Task
 from g2po_bench.runconfig import load_config
+from g2po_bench.runtime.workers import EnvPool
 
 TOY = get_benchmark("toy")
 
@@ -135,7 +135,7 @@ def test_monte_carlo_ground_truth_by_hand():
 def toy_study():
     cfg = toy_cfg()
     tasks = choose_tasks(TOY.load_tasks(cfg.env, "train"), 3, 0)
-    with EnvPool("toy", cfg.env, 2, max_episodes=0) as pool:
+    with EnvPool(get_benchmark("toy"), cfg.env, 2, max_episodes=0) as pool:
         study = run_study(cfg, ScriptedCorridorPolicy(), pool, TOY, tasks,
                           CreditSettings(groups=3, continuations=48, exact=True, n_boot=300))
     return study
@@ -232,7 +232,7 @@ def test_a_non_deterministic_corridor_fails_with_the_one_line_replay_error():
     cfg = toy_cfg()
     slippery = faulty_toy()
     tasks = [Task(f"train/corridor-{n}", "corridor", slippery.name, {"length": n, "slip": 0.4}) for n in (5, 6)]
-    with EnvPool(slippery.name, cfg.env, 2, max_episodes=0) as pool:
+    with EnvPool(slippery, cfg.env, 2, max_episodes=0) as pool:
         with pytest.raises(ReplayMismatch) as err:
             run_study(cfg, ScriptedCorridorPolicy(), pool, slippery, tasks, CreditSettings(groups=2, continuations=8))
     msg = str(err.value)
@@ -245,7 +245,7 @@ def test_batched_and_unbatched_continuations_are_identical():
     cfg = toy_cfg()
     tasks = choose_tasks(TOY.load_tasks(cfg.env, "train"), 2, 1)
     pol = ScriptedCorridorPolicy()
-    with EnvPool("toy", cfg.env, 2, max_episodes=0) as pool:
+    with EnvPool(get_benchmark("toy"), cfg.env, 2, max_episodes=0) as pool:
         base = CreditSettings(groups=2, group_size=3, continuations=4, seed=1)
         rb = sample_groups(pol, pool, TOY, cfg, tasks, base)
         rows = _study_rows(rb, tasks)
@@ -269,7 +269,7 @@ def test_joining_continuations_with_the_same_history_and_seed_changes_no_result(
     cfg = toy_cfg()
     tasks = choose_tasks(TOY.load_tasks(cfg.env, "train"), 3, 2)
     pol = ScriptedCorridorPolicy()
-    with EnvPool("toy", cfg.env, 2, max_episodes=0) as pool:
+    with EnvPool(get_benchmark("toy"), cfg.env, 2, max_episodes=0) as pool:
         base = CreditSettings(groups=3, group_size=4, continuations=8, seed=2, wave=40)
         rows = _study_rows(sample_groups(pol, pool, TOY, cfg, tasks, base), tasks)
         joined, _ = run_continuations(pol, pool, TOY, cfg, tasks, rows, base)
@@ -289,14 +289,14 @@ def test_batched_and_unbatched_continuations_of_a_local_model_are_identical(tmp_
     from local_trainer import tiny_model_dir
 
     from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
-    from g2po_bench.algorithms.backends.local.policy import LocalPolicy
+    from g2po_bench.algorithms.backends.local.transformers_policy import LocalPolicy
     from g2po_bench.analysis.credit.study import _study_rows, sample_groups
 
     model, tok = load_model_and_tokenizer(tiny_model_dir(tmp_path), device="cpu")
     pol = LocalPolicy(model, tok)
     cfg = toy_cfg("env.max_steps=3", "train.max_response_tokens=10", "env.stop_after_refusals=0")
     tasks = choose_tasks(TOY.load_tasks(cfg.env, "train"), 2, 0)
-    with EnvPool("toy", cfg.env, 2, max_episodes=0) as pool:
+    with EnvPool(get_benchmark("toy"), cfg.env, 2, max_episodes=0) as pool:
         base = CreditSettings(groups=2, group_size=2, continuations=2)
         rb = sample_groups(pol, pool, TOY, cfg, tasks, base)
         rows = _study_rows(rb, tasks)
@@ -339,7 +339,7 @@ def test_ppo_rows_need_a_critic_and_are_scored_with_one(toy_study):
     assert "entropies" in toy_study.skipped["empg"]
     cfg = toy_cfg()
     tasks = choose_tasks(TOY.load_tasks(cfg.env, "train"), 2, 0)
-    with EnvPool("toy", cfg.env, 2, max_episodes=0) as pool:
+    with EnvPool(get_benchmark("toy"), cfg.env, 2, max_episodes=0) as pool:
         st = run_study(cfg, ScriptedCorridorPolicy(), pool, TOY, tasks,
                        CreditSettings(groups=2, continuations=0, exact=True, n_boot=50),
                        values_fn=lambda rb: np.full(len(rb.steps), 5.0))
@@ -382,7 +382,7 @@ def _toy_monte_carlo_study():
     """A Monte-Carlo study of the scripted toy policy: 3 task groups, K = 8 (config, study)."""
     cfg = toy_cfg()
     tasks = choose_tasks(TOY.load_tasks(cfg.env, "train"), 3, 0)
-    with EnvPool("toy", cfg.env, 2, max_episodes=0) as pool:
+    with EnvPool(get_benchmark("toy"), cfg.env, 2, max_episodes=0) as pool:
         st = run_study(cfg, ScriptedCorridorPolicy(), pool, TOY, tasks, CreditSettings(groups=3, continuations=8,
                                                                                          n_boot=100))
     return cfg, st

@@ -26,7 +26,22 @@ def test_the_import_contracts_hold(tmp_path):
     tree = check_layers.copy_tree(tmp_path / "tree")
     proc = check_layers.lint(tree)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert "Contracts: 2 kept, 0 broken." in proc.stdout
+    assert "Contracts: 3 kept, 0 broken." in proc.stdout
+
+
+def test_the_runtime_looks_no_benchmark_up(tmp_path):
+    """The runtime sits below the benchmarks (their harness imports the worker pool and the policy
+    protocol from it): the pool is given the benchmark, and an import of the benchmark registry
+    from the runtime, as the pool made when it lived in benchmarks/, breaks the layers and makes a
+    cycle between the packages."""
+    tree = check_layers.copy_tree(tmp_path / "tree")
+    workers = tree / "g2po_bench" / "runtime" / "workers.py"
+    workers.write_text(workers.read_text(encoding="utf-8")
+                       + "\nfrom g2po_bench.benchmarks.registry import get_benchmark  # planted\n")
+    proc = check_layers.lint(tree)
+    assert proc.returncode != 0
+    assert "g2po_bench.runtime.workers -> g2po_bench.benchmarks.registry" in proc.stdout
+    assert "no import cycles between the suite's packages BROKEN" in proc.stdout
 
 
 def test_a_planted_back_import_breaks_the_contract(tmp_path):

@@ -8,7 +8,10 @@ from local_trainer import make_trainer, tiny_model_dir
 from g2po_bench.algorithms import losses
 from g2po_bench.algorithms.backends.local.memory import enable_checkpointing, is_checkpointing
 from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
-from g2po_bench.algorithms.backends.local.policy import pack_sequences, response_logprobs
+from g2po_bench.algorithms.backends.local.transformers_policy import (
+    pack_sequences,
+    response_logprobs,
+)
 from g2po_bench.algorithms.backends.local.value import ValueModel
 
 PROMPTS = [[1, 5, 6, 7, 8, 9], [1, 10], [1, 20, 21, 22]]

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from g2po_bench.algorithms.backends.local.model import build_tiny_model, load_model_and_tokenizer
-from g2po_bench.algorithms.backends.local.policy import (
+from g2po_bench.algorithms.backends.local.transformers_policy import (
     LocalPolicy,
     pack_sequences,
     response_logprobs,

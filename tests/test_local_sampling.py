@@ -14,8 +14,12 @@ from local_trainer import PROMPTS, make_trainer, sample_batch, tiny_model_dir
 from transformers import GenerationConfig
 
 from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
-from g2po_bench.algorithms.backends.local.policy import LocalPolicy, pack_sequences, plan_batches
 from g2po_bench.algorithms.backends.local.sampling import SamplingParams, model_generation_overrides
+from g2po_bench.algorithms.backends.local.transformers_policy import (
+    LocalPolicy,
+    pack_sequences,
+    plan_batches,
+)
 from g2po_bench.core.config import ConfigError
 from g2po_bench.runconfig import load_config
 
@@ -72,7 +76,7 @@ def test_plain_generate_applies_the_penalty_the_trainer_does_not_see(penalised_d
     resp = out.sequences[0, x.shape[1]:].tolist()
     sampled = torch.stack([torch.log_softmax(s[0].float(), -1)[t] for s, t in zip(out.scores, resp)])
     packed = pack_sequences([ids[0]], [resp], tok.pad_token_id, "cpu")
-    from g2po_bench.algorithms.backends.local.policy import response_logprobs
+    from g2po_bench.algorithms.backends.local.transformers_policy import response_logprobs
 
     with torch.no_grad():
         rescored, _ = response_logprobs(model, packed, temperature=1.0)

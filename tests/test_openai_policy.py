@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from g2po_bench.benchmarks.policies import (
+from g2po_bench.runtime.policies import (
     MeteredPolicy,
     OpenAIPolicy,
     PolicyAuthError,
@@ -25,8 +25,8 @@ from g2po_bench.benchmarks.policies import (
     PolicyServerError,
     PolicyTimeoutError,
 )
-from g2po_bench.benchmarks.policies.openai import parse_retry_after
-from g2po_bench.benchmarks.policy import Policy
+from g2po_bench.runtime.policies.openai import parse_retry_after
+from g2po_bench.runtime.policy_protocol import Policy
 
 
 class FakeServer:
@@ -285,12 +285,12 @@ def test_metered_policy_counts_server_usage():
 def test_rollouts_through_the_http_policy():
     from g2po_bench.benchmarks.registry import get_benchmark
     from g2po_bench.benchmarks.rollout import collect_rollouts
-    from g2po_bench.benchmarks.workers import EnvPool
+    from g2po_bench.runtime.workers import EnvPool
 
     toy = get_benchmark("toy")
     tasks = toy.load_tasks(None, "valid")[:2]
     with FakeServer(reply=lambda body: "<think>east</think><action>go east</action>") as srv:
-        with EnvPool("toy", None, 1) as pool:
+        with EnvPool(get_benchmark("toy"), None, 1) as pool:
             rb = collect_rollouts(make(srv), pool, toy, tasks, group_size=2, max_steps=8,
                                   temperature=0.4, max_new_tokens=16, seed=0)
     assert rb.success_rate == 1.0

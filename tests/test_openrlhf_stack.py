@@ -35,12 +35,16 @@ if importlib.util.find_spec("openrlhf") is None:  # pragma: no cover - depends o
 
 from fake_rollouts import TOY, act, toy_rollouts  # noqa: E402
 
-from g2po_bench.algorithms.backends.common import estimator_inputs_of  # noqa: E402
-from g2po_bench.algorithms.backends.common import estimator_options as local_estimator_options  # noqa: E402
-from g2po_bench.algorithms.registry import estimate  # noqa: E402
+from g2po_bench.algorithms.registry import (  # noqa: E402
+    bind_run_estimator,
+    estimate,
+    rollout_inputs,
+    run_estimator_options,
+)
+from g2po_bench.benchmarks.registry import get_benchmark  # noqa: E402
 from g2po_bench.benchmarks.rollout import collect_rollouts  # noqa: E402
-from g2po_bench.benchmarks.workers import EnvPool  # noqa: E402
 from g2po_bench.runconfig import load_config  # noqa: E402
+from g2po_bench.runtime.workers import EnvPool  # noqa: E402
 
 _STUB_ROOTS = ("vllm", "flash_attn")
 
@@ -62,7 +66,7 @@ def orl():
             exp=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.experience"),
             maker=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.experience_maker"),
             trainer=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.trainer"),
-            policy=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.policy"),
+            policy=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.engine_policy"),
             cpu_workers=importlib.import_module("openrlhf_cpu_workers"),
             settings=importlib.import_module("g2po_bench.algorithms.backends.openrlhf.settings"),
             stubbed=need,
@@ -207,8 +211,6 @@ def test_step_rows_become_openrlhf_experiences_and_back(orl):
 def test_experience_maker_writes_the_registry_advantages_on_action_tokens(orl, name):
     """OpenRLHF's experience maker, with the suite's advantages: equal to the local backend's
     per-step advantages on every response token, 0 elsewhere (values read at the prompt end)."""
-    from g2po_bench.algorithms.backends.common import step_advantages
-
     rb = toy_rollouts(seed=3)
     cfg = load_config(overrides=[f"algorithm.name={name}", "env.name=toy", "backend=openrlhf"])
     args, _ = parsed_args(orl, cfg)
@@ -224,12 +226,14 @@ def test_experience_maker_writes_the_registry_advantages_on_action_tokens(orl, n
             for j, pos in enumerate(e.index):
                 if ss.rows[pos] >= 0:
                     e.values[j, ss.prompt_lens[pos] - 1] = float(v_rows[ss.rows[pos]])
-    maker.prepare(ss, lambda values: step_advantages(cfg, rb, values))
+    estimator = bind_run_estimator(cfg)  # as the trainer binds it
+    maker.prepare(ss, lambda values: estimator(rb, values))
     exps = maker.compute_advantages_and_returns(exps)
     assert args.algo.advantage.gamma == 1.0  # OpenRLHF's gamma handling is bypassed, ours (0.95) is used
     if name == "ppo":
         np.testing.assert_array_equal(maker.values, v_rows)
-    local = estimate(name, rb.steps, inputs=estimator_inputs_of(cfg, rb, v_rows), **local_estimator_options(cfg))
+    options = run_estimator_options(cfg)
+    local = estimate(name, rb.steps, inputs=rollout_inputs(name, options, rb, v_rows), **options)
     for e in exps:
         assert e.kl is None
         for j, pos in enumerate(e.index):
@@ -390,7 +394,7 @@ def test_ray_rollout_side_with_a_cpu_policy(orl, ray_cluster, tiny_model):
     advantages are the registry's. Log-probs equal the local backend's on the same rows."""
     ray = ray_cluster
     from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
-    from g2po_bench.algorithms.backends.local.policy import (
+    from g2po_bench.algorithms.backends.local.transformers_policy import (
         LocalPolicy,
         pack_sequences,
         response_logprobs,
@@ -413,7 +417,7 @@ def test_ray_rollout_side_with_a_cpu_policy(orl, ray_cluster, tiny_model):
     assert policy.encode_prompt(probe) == local_policy.encode_prompt(probe)
 
     tasks = TOY.load_tasks(None, "train")[:2]
-    with EnvPool("toy", None, 2) as pool:
+    with EnvPool(get_benchmark("toy"), None, 2) as pool:
         kw = dict(group_size=3, max_steps=3, temperature=1.0, max_new_tokens=6, seed=11)
         rb = collect_rollouts(policy, pool, TOY, tasks, **kw)
         again = collect_rollouts(policy, pool, TOY, tasks, **kw)

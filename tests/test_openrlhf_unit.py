@@ -9,11 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from g2po_bench.algorithms.backends.common import (
-    estimator_options,
-    needs_critic,
-    step_advantages,
-)
+from g2po_bench.algorithms.backends.common import needs_critic
 from g2po_bench.algorithms.backends.openrlhf.cluster import (
     Allocation,
     expand_nodelist,
@@ -44,7 +40,7 @@ _orig = importlib.util.find_spec
 importlib.util.find_spec = lambda n, *a: None if n.split(".")[0] in BLOCK else _orig(n, *a)
 import g2po_bench.algorithms.backends.openrlhf as b
 import g2po_bench.algorithms.backends.openrlhf.settings, g2po_bench.algorithms.backends.openrlhf.cluster
-import g2po_bench.algorithms.backends.common, g2po_bench.algorithms.backends.openrlhf.policy
+import g2po_bench.algorithms.backends.common, g2po_bench.algorithms.backends.openrlhf.engine_policy
 import g2po_bench.cli, g2po_bench.train
 from g2po_bench.runconfig import load_config
 assert set(b.missing_requirements()) == BLOCK, b.missing_requirements()
@@ -60,6 +56,35 @@ assert not any(m.split(".")[0] in BLOCK for m in sys.modules), [m for m in sys.m
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "OK" in res.stdout
+
+
+def test_train_without_the_gpu_stack_prints_the_install_hint_alone(tmp_path):
+    """Issue 48, item 8: ``g2po train backend=openrlhf`` without OpenRLHF's packages printed a
+    traceback around the right message; it prints that message as one line (exit 2) and writes
+    nothing."""
+    code = r"""
+import importlib.abc, importlib.util, sys
+BLOCK = {"openrlhf", "vllm", "flash_attn", "ray", "deepspeed"}
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCK:
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked)")
+        return None
+sys.meta_path.insert(0, Block())
+_orig = importlib.util.find_spec
+importlib.util.find_spec = lambda n, *a: None if n.split(".")[0] in BLOCK else _orig(n, *a)
+from g2po_bench.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+    out = tmp_path / "runs"
+    res = subprocess.run([sys.executable, "-c", code, "train", "backend=openrlhf", "env.name=toy", f"output_dir={out}"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    err = res.stderr.strip()
+    assert res.returncode == 2, res.stderr[-3000:]
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith("setup error: backend=openrlhf needs OpenRLHF") and "pip install -e '.[openrlhf]'" in err
+    assert "missing: openrlhf, ray, deepspeed, vllm, flash_attn" in err
+    assert not out.exists()
 
 
 def test_the_openrlhf_wheels_tests_package_does_not_shadow_this_folder():
@@ -175,15 +200,20 @@ def test_ray_cluster_roles_on_a_multi_node_allocation(monkeypatch):
 
 # ---------------------------------------------------------------------------- advantages
 def test_advantage_path_is_the_shared_one_not_a_copy():
-    """The OpenRLHF backend computes advantages with the functions both backends share
-    (algorithms/backends/common.py), not with a copy that could drift. What can differ between
-    the backends, the conversion of step rows into OpenRLHF experiences and back with the
-    per-step advantages on the action tokens, is tested against the real OpenRLHF package in
-    tests/test_openrlhf_stack.py (test_step_rows_become_openrlhf_experiences_and_back,
+    """Both trainers compute advantages with the run's bound estimator
+    (:func:`g2po_bench.algorithms.registry.bind_run_estimator`), not with a copy that could drift:
+    each trainer module imports it and nothing else of the registry. (The OpenRLHF trainer's module is read,
+    not imported: importing it needs OpenRLHF.) What can differ between the backends, the
+    conversion of step rows into OpenRLHF experiences and back with the per-step advantages on the
+    action tokens, is tested against the real OpenRLHF package in tests/test_openrlhf_stack.py
+    (test_step_rows_become_openrlhf_experiences_and_back,
     test_experience_maker_writes_the_registry_advantages_on_action_tokens)."""
-    from g2po_bench.algorithms.backends import common
+    import ast
 
-    assert step_advantages is common.step_advantages
-    assert estimator_options is common.estimator_options and needs_critic is common.needs_critic
+    for path in ("algorithms/backends/local/trainer.py", "algorithms/backends/openrlhf/trainer.py"):
+        tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
+        imported = {(n.module, a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+        from_registry = {a for m, a in imported if m and m.startswith("g2po_bench.algorithms.registry")}
+        assert from_registry == {"bind_run_estimator"}, path
     cfg = load_config(overrides=["algorithm.name=ppo", "env.name=toy", "backend=openrlhf"])
     assert needs_critic(cfg) and not needs_critic(load_config(overrides=["backend=openrlhf"]))

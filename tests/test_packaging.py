@@ -31,7 +31,8 @@ def test_the_wheel_installs_one_top_level_package_and_no_run_records(wheel):
     assert {t for t in top if not t.endswith(".dist-info")} == {"g2po_bench"}
     assert not top & set(GENERIC)
     assert not [n for n in names if "/runs/" in n or "/proxy/" in n or n.endswith((".parquet", ".safetensors"))]
-    for needed in ("g2po_bench/cli.py", "g2po_bench/core/config.py", "g2po_bench/algorithms/registry.py",
+    for needed in ("g2po_bench/cli.py", "g2po_bench/core/config.py", "g2po_bench/algorithms/registry/__init__.py",
+                   "g2po_bench/algorithms/registry/estimation.py",
                    "g2po_bench/benchmarks/alfworld/presets/alfworld_cpu.yaml",
                    "g2po_bench/benchmarks/webshop/presets/webshop_1.5b.yaml",
                    "g2po_bench/sweeps/specs/cpu_proxy.yaml", "g2po_bench/sweeps/slurm/start_cluster.sh",

@@ -12,7 +12,7 @@ import pytest
 
 from g2po_bench.baselines.policies import LocalChatPolicy, make_policy
 from g2po_bench.baselines.smollm2 import ModelPackageMissing, ensure_smollm2, smollm2_gguf_path
-from g2po_bench.benchmarks.policy import Policy
+from g2po_bench.runtime.policy_protocol import Policy
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +131,7 @@ def test_vllm_policy_with_a_stand_in(fake_vllm):
 
 def test_vllm_missing_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError
-    import g2po_bench.benchmarks.policies  # noqa: F401  (the package imports without vllm)
+    import g2po_bench.runtime.policies  # noqa: F401  (the package imports without vllm)
 
     with pytest.raises(ImportError, match=r"pip install -e '\.\[gpu\]'"):
         make_policy("vllm", path="/models/x")

@@ -176,6 +176,31 @@ def test_an_estimator_page_for_every_estimator_module():
     assert not re.search(r":(func|mod|class):|``", prose), "reStructuredText left in the generated pages"
 
 
+def test_config_reference_renders_placeholders_and_union_types():
+    """Issue 51: the configuration reference printed `<env>-<algorithm>-s<seed>-<config hash>`, `<run>` and
+    `<K>` as raw tags (the browser swallowed them) and `str \\| None` with a literal backslash."""
+    markdown = pytest.importorskip("markdown")
+    html = markdown.markdown(_docs_pages().config_reference(), extensions=["tables"])
+    assert "null: &lt;env&gt;-&lt;algorithm&gt;-s&lt;seed&gt;-&lt;config hash&gt;" in html
+    assert "write &lt;run&gt;/steps/iter_&lt;K&gt;.parquet" in html
+    assert "<td><code>str | None</code></td>" in html and "\\|" not in html
+    assert not re.search(r"<(run|K|env|key|warm_start_cache)>", html)
+
+
+def test_the_site_lists_every_estimator_module_without_an_edit_of_mkdocs_yml():
+    """The nav's Estimators section is filled by the hook (scripts/docs_pages.py on_config) with one entry
+    per module of algorithms/estimators/: mkdocs.yml names none of their pages."""
+    yml = (REPO / "mkdocs.yml").read_text()
+    assert "hooks:" in yml and "scripts/docs_pages.py" in yml
+    assert re.findall(r"estimators/\w+\.md", yml) == ["estimators/index.md"]
+    pages = _docs_pages()
+    nav = [{"Home": "index.md"}, {"Estimators": ["estimators/index.md"]}]
+    pages.on_config({"nav": nav})
+    listed = [next(iter(e.values())) for e in nav[1]["Estimators"][1:]]
+    assert listed == sorted(p for p in pages.estimator_pages() if p != "estimators/index.md")
+    assert {"G2PO": "estimators/g2po.md"} in nav[1]["Estimators"] and nav[0] == {"Home": "index.md"}
+
+
 DIARY = re.compile(r"issue [0-9]+|round [0-9]|yesterday|today|this session|we tried", re.I)
 
 

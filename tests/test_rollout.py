@@ -7,10 +7,12 @@ import pytest
 from faulty_toy import faulty_toy
 
 from g2po_bench.algorithms.registry import rollout_inputs
-from g2po_bench.benchmarks.policy import Generation
+from g2po_bench.analysis.credit.replay import CreditHooks, EpisodeStart, ReplayMismatch
+from g2po_bench.benchmarks.driver import RolloutHooks
 from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.rollout import collect_rollouts
-from g2po_bench.benchmarks.workers import EnvPool
+from g2po_bench.runtime.policy_protocol import Generation
+from g2po_bench.runtime.workers import EnvPool
 
 
 class ScriptedPolicy:
@@ -33,7 +35,7 @@ TOY = get_benchmark("toy")
 
 def test_groups_ids_rewards_and_success():
     tasks = TOY.load_tasks(None, "train")[:2]  # corridors of length 2 and 3
-    with EnvPool("toy", None, 2) as pool:
+    with EnvPool(get_benchmark("toy"), None, 2) as pool:
         rb = collect_rollouts(ScriptedPolicy([act("go east")]), pool, TOY, tasks, group_size=3,
                               max_steps=5, temperature=1.0, max_new_tokens=8, seed=0, group_offset=10)
     s = rb.steps
@@ -51,7 +53,7 @@ def test_groups_ids_rewards_and_success():
 
 def test_invalid_output_is_penalised_and_the_episode_goes_on():
     tasks = TOY.load_tasks(None, "train")[:1]
-    with EnvPool("toy", None, 1) as pool:
+    with EnvPool(get_benchmark("toy"), None, 1) as pool:
         rb = collect_rollouts(ScriptedPolicy(["I refuse to use tags"]), pool, TOY, tasks, group_size=2,
                               max_steps=4, temperature=1.0, max_new_tokens=8, seed=0)
     assert len(rb.steps) == 8  # both episodes ran to the step limit
@@ -75,7 +77,7 @@ def test_stop_after_refusals_ends_a_stuck_episode_as_a_failure():
     tasks = TOY.load_tasks(None, "train")[3:4]  # corridor of length 5: four "go east" win
     # east, refused, refused, east, refused x3 -> stuck after step index 6 with stop_after_refusals=3
     script = [act("go east"), act("jump"), act("jump"), act("go east")] + [act("jump")] * 6
-    with EnvPool("toy", None, 1) as pool:
+    with EnvPool(get_benchmark("toy"), None, 1) as pool:
         rb = collect_rollouts(SequencePolicy(script), pool, TOY, tasks, group_size=2, max_steps=10,
                               temperature=1.0, max_new_tokens=8, seed=0, stop_after_refusals=3)
         off = collect_rollouts(SequencePolicy(script), pool, TOY, tasks, group_size=2, max_steps=10,
@@ -94,7 +96,7 @@ def test_stop_after_refusals_ends_a_stuck_episode_as_a_failure():
 def test_refused_is_invalid_marks_refused_actions_for_the_invalid_penalty():
     tasks = TOY.load_tasks(None, "train")[3:4]
     script = [act("go east"), act("jump"), act("go east"), "no tags at all"]
-    with EnvPool("toy", None, 1) as pool:
+    with EnvPool(get_benchmark("toy"), None, 1) as pool:
         rb = collect_rollouts(SequencePolicy(script), pool, TOY, tasks, group_size=1, max_steps=4,
                               temperature=1.0, max_new_tokens=8, seed=0, refused_is_invalid=True)
     # step 1 refused ("jump": Nothing happens), step 3 malformed (and refused: its fallback text)
@@ -104,7 +106,7 @@ def test_refused_is_invalid_marks_refused_actions_for_the_invalid_penalty():
 def test_same_seed_same_rollouts():
     tasks = TOY.load_tasks(None, "train")
     pol = ScriptedPolicy([act("go east"), act("go west"), act("look"), "garbage"])
-    with EnvPool("toy", None, 2) as pool:
+    with EnvPool(get_benchmark("toy"), None, 2) as pool:
         a = collect_rollouts(pol, pool, TOY, tasks, group_size=4, max_steps=6, temperature=1.0,
                              max_new_tokens=8, seed=3)
         b = collect_rollouts(pol, pool, TOY, tasks, group_size=4, max_steps=6, temperature=1.0,
@@ -116,7 +118,7 @@ def test_same_seed_same_rollouts():
 
 def test_crashing_environment_is_restarted_and_its_episode_fails():
     tasks = TOY.load_tasks(None, "train")[3:4]  # corridor of length 5
-    with EnvPool(faulty_toy().name, None, 1) as pool:
+    with EnvPool(faulty_toy(), None, 1) as pool:
         rb = collect_rollouts(ScriptedPolicy([act("raise error")]), pool, TOY, tasks, group_size=2,
                               max_steps=5, temperature=1.0, max_new_tokens=8, seed=0)
         assert all(t["crashed"] and not t["success"] and t["num_steps"] == 1 for t in rb.trajectories)
@@ -128,7 +130,7 @@ def test_crashing_environment_is_restarted_and_its_episode_fails():
 
 def test_dead_worker_process_is_restarted():
     tasks = TOY.load_tasks(None, "train")[3:4]
-    with EnvPool(faulty_toy().name, None, 2) as pool:
+    with EnvPool(faulty_toy(), None, 2) as pool:
         rb = collect_rollouts(ScriptedPolicy([act("kill process")]), pool, TOY, tasks, group_size=2,
                               max_steps=5, temperature=1.0, max_new_tokens=8, seed=0)
         assert all(t["crashed"] and not t["success"] for t in rb.trajectories)
@@ -149,8 +151,9 @@ def test_workers_exit_when_the_parent_is_killed(tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(
         "import time\n"
-        "from g2po_bench.benchmarks.workers import EnvPool\n"
-        "pool = EnvPool('toy', None, 2)\n"
+        "from g2po_bench.runtime.workers import EnvPool\n"
+        "from g2po_bench.benchmarks.registry import get_benchmark\n"
+        "pool = EnvPool(get_benchmark('toy'), None, 2)\n"
         "print(' '.join(str(w.process.pid) for w in pool._workers), flush=True)\n"
         "time.sleep(60)\n"
     )
@@ -197,16 +200,17 @@ def _fingerprint(rb) -> str:
 
 def test_engine_options_off_give_the_rollouts_of_the_engine_before_them():
     """The digest was computed with the engine before starts / sample_seeds / key_rules existed
-    (same tasks, policy and seed): with the options at their defaults, nothing changed."""
+    (same tasks, policy and seed): without hooks, or with the default hooks, nothing changed."""
     tasks = TOY.load_tasks(None, "train")
     kw = dict(group_size=4, max_steps=7, temperature=1.0, max_new_tokens=8, seed=5, group_offset=3,
               stop_after_refusals=2, refused_is_invalid=True)
-    with EnvPool("toy", None, 2) as pool:
+    with EnvPool(get_benchmark("toy"), None, 2) as pool:
         rb = collect_rollouts(MixedPolicy(), pool, TOY, tasks, **kw)
-        explicit = collect_rollouts(MixedPolicy(), pool, TOY, tasks, starts=None, sample_seeds=None, key_rules=(), **kw)
+        explicit = collect_rollouts(MixedPolicy(), pool, TOY, tasks, hooks=RolloutHooks(), **kw)
+        credit_off = collect_rollouts(MixedPolicy(), pool, TOY, tasks, hooks=CreditHooks(TOY), **kw)
     assert len(rb.steps) == 89
     assert _fingerprint(rb) == "bd36693f2100bf16c7d997f45b39088e87bd7b861847e3e5f778c8c9b5b9ca5f"
-    assert _fingerprint(explicit) == _fingerprint(rb)
+    assert _fingerprint(explicit) == _fingerprint(rb) == _fingerprint(credit_off)
     # the new records: observation texts, refusal flags, no replayed rows, no other key rules
     assert rb.observations[0] == "You are in room 0 of 2." and len(rb.observations) == 89
     assert rb.refused.tolist() == [a == "jump" or not v for a, v in zip(rb.actions, [r != "no tags" for r in
@@ -227,15 +231,13 @@ class PromptRecorder:
 
 
 def test_an_episode_started_from_a_prefix_has_its_history_step_counter_and_refusals():
-    from g2po_bench.benchmarks.rollout import EpisodeStart
-
     tasks = TOY.load_tasks(None, "train")[3:4]  # corridor of length 5
     prefix = EpisodeStart(["go east", "jump"],
                           ["You are in room 0 of 5.", "You are in room 1 of 5.", "Nothing happens."], [True, True])
     pol = PromptRecorder([act("go east"), act("jump"), act("jump"), act("go east")])
-    with EnvPool("toy", None, 1) as pool:
+    with EnvPool(get_benchmark("toy"), None, 1) as pool:
         rb = collect_rollouts(pol, pool, TOY, tasks, group_size=1, max_steps=6, temperature=1.0, max_new_tokens=8,
-                              seed=0, stop_after_refusals=2, starts=[prefix])
+                              seed=0, stop_after_refusals=2, hooks=CreditHooks(TOY, starts=[prefix]))
     # the policy took over at step 2, with the replayed history in its prompt
     assert len(pol.prompts) == 1
     assert "Step 2." in pol.prompts[0]
@@ -247,28 +249,27 @@ def test_an_episode_started_from_a_prefix_has_its_history_step_counter_and_refus
     assert rb.actions == ["go east", "jump", "jump"] and rb.prompt_ids[0] == []
     # the step limit counts from the reset: a 4-step limit leaves the policy steps 2 and 3
     pol = PromptRecorder([act("look")] * 6)
-    with EnvPool("toy", None, 1) as pool:
+    with EnvPool(get_benchmark("toy"), None, 1) as pool:
         rb = collect_rollouts(pol, pool, TOY, tasks, group_size=1, max_steps=4, temperature=1.0, max_new_tokens=8,
-                              seed=0, starts=[prefix])
+                              seed=0, hooks=CreditHooks(TOY, starts=[prefix]))
     assert rb.trajectories[0]["num_steps"] == 4 and rb.trajectories[0]["truncated"] and len(pol.prompts) == 2
 
 
 def test_a_replay_that_does_not_reproduce_the_recorded_observation_fails_in_one_line():
-    from g2po_bench.benchmarks.rollout import EpisodeStart, ReplayMismatch
     from g2po_bench.core.protocol import Task
 
     wrong = EpisodeStart(["go east"], ["You are in room 0 of 5.", "You are in room 2 of 5."])
     tasks = TOY.load_tasks(None, "train")[3:4]
-    with EnvPool("toy", None, 1) as pool:
+    with EnvPool(get_benchmark("toy"), None, 1) as pool:
         with pytest.raises(ReplayMismatch) as err:
             collect_rollouts(ScriptedPolicy([act("look")]), pool, TOY, tasks, group_size=1, max_steps=4,
-                             temperature=1.0, max_new_tokens=8, seed=0, starts=[wrong])
+                             temperature=1.0, max_new_tokens=8, seed=0, hooks=CreditHooks(TOY, starts=[wrong]))
         msg = str(err.value)
         assert "\n" not in msg and "train/corridor-5" in msg and "step 1" in msg
         assert "'You are in room 2 of 5.'" in msg and "'You are in room 1 of 5.'" in msg
     # a slippery corridor (test support) is not deterministic: replaying its own recorded actions fails
     slippery = [Task("train/slippery-5", "corridor", faulty_toy().name, {"length": 5, "slip": 0.5})]
-    with EnvPool(faulty_toy().name, None, 1) as pool:
+    with EnvPool(faulty_toy(), None, 1) as pool:
         rec = collect_rollouts(ScriptedPolicy([act("go east")]), pool, faulty_toy(), slippery, group_size=1,
                                max_steps=8, temperature=1.0, max_new_tokens=8, seed=0)
         assert len(rec.actions) >= 4
@@ -278,21 +279,25 @@ def test_a_replay_that_does_not_reproduce_the_recorded_observation_fails_in_one_
         with pytest.raises(ReplayMismatch, match="train/slippery-5"):
             for _ in range(20):
                 collect_rollouts(ScriptedPolicy([act("go east")]), pool, faulty_toy(), slippery, group_size=1,
-                                 max_steps=8, temperature=1.0, max_new_tokens=8, seed=0, starts=[replay])
+                                 max_steps=8, temperature=1.0, max_new_tokens=8, seed=0,
+                                 hooks=CreditHooks(faulty_toy(), starts=[replay]))
 
 
 def test_per_sample_seeds_make_an_episode_independent_of_its_batch():
-    from g2po_bench.benchmarks.toy.policy import ScriptedCorridorPolicy
+    from g2po_bench.benchmarks.toy.scripted_policy import ScriptedCorridorPolicy
 
     tasks = TOY.load_tasks(None, "train")[2:4]
     pol = ScriptedCorridorPolicy()
     kw = dict(max_steps=8, temperature=1.0, max_new_tokens=8, seed=0, stop_after_refusals=2)
-    with EnvPool("toy", None, 2) as pool:
-        together = collect_rollouts(pol, pool, TOY, tasks, group_size=3, sample_seeds=[11, 12, 13, 21, 22, 23], **kw)
-        alone = [collect_rollouts(pol, pool, TOY, [tasks[i // 3]], group_size=1, sample_seeds=[s], **kw)
+    with EnvPool(get_benchmark("toy"), None, 2) as pool:
+        together = collect_rollouts(pol, pool, TOY, tasks, group_size=3,
+                                    hooks=CreditHooks(TOY, sample_seeds=[11, 12, 13, 21, 22, 23]), **kw)
+        alone = [collect_rollouts(pol, pool, TOY, [tasks[i // 3]], group_size=1,
+                                  hooks=CreditHooks(TOY, sample_seeds=[s]), **kw)
                  for i, s in enumerate([11, 12, 13, 21, 22, 23])]
         with pytest.raises(ValueError, match="seeds"):
-            collect_rollouts(ScriptedPolicy([act("look")]), pool, TOY, tasks, group_size=1, sample_seeds=[1, 2], **kw)
+            collect_rollouts(ScriptedPolicy([act("look")]), pool, TOY, tasks, group_size=1,
+                             hooks=CreditHooks(TOY, sample_seeds=[1, 2]), **kw)
     by_traj = {}
     for r, t in enumerate(together.steps.traj_id):
         by_traj.setdefault(int(t), []).append(together.actions[r])
@@ -302,15 +307,15 @@ def test_per_sample_seeds_make_an_episode_independent_of_its_batch():
 
 def test_state_keys_of_both_rules_are_recorded_on_the_same_rollouts():
     tasks = TOY.load_tasks(None, "train")[2:3]
-    with EnvPool("toy", None, 1) as pool:
+    with EnvPool(get_benchmark("toy"), None, 1) as pool:
         rb = collect_rollouts(SequencePolicy([act("go east"), act("jump"), act("go east"), act("go east")]), pool,
                               TOY, tasks, group_size=1, max_steps=4, temperature=1.0, max_new_tokens=8, seed=0,
-                              key_rules=("raw", "reference"))
+                              hooks=CreditHooks(TOY, key_rules=("raw", "reference")))
     # the corridor has one rule: both name its own key ("Nothing happens" keeps the room)
     assert rb.state_texts_by_rule["raw"] == rb.state_texts_by_rule["reference"] == rb.state_texts
     assert rb.state_texts == ["room 0", "room 1", "room 1", "room 2"]
     np.testing.assert_array_equal(rb.state_keys_by_rule("raw"), rb.steps.state_key)
-    with EnvPool("toy", None, 1) as pool:
+    with EnvPool(get_benchmark("toy"), None, 1) as pool:
         plain = collect_rollouts(SequencePolicy([act("go east")] * 4), pool, TOY, tasks, group_size=1, max_steps=2,
                                  temperature=1.0, max_new_tokens=8, seed=0)
     with pytest.raises(KeyError, match="not recorded"):
@@ -320,9 +325,9 @@ def test_state_keys_of_both_rules_are_recorded_on_the_same_rollouts():
 def test_each_step_records_the_state_it_led_to_and_the_last_one_where_the_episode_ended():
     tasks = TOY.load_tasks(None, "train")[2:3]  # a corridor of length 4: rooms 0..3, success in room 3
     script = [act("go east"), act("jump"), act("go east")]
-    with EnvPool("toy", None, 1) as pool:
+    with EnvPool(get_benchmark("toy"), None, 1) as pool:
         rb = collect_rollouts(SequencePolicy(script), pool, TOY, tasks, group_size=1, max_steps=3, temperature=1.0,
-                              max_new_tokens=8, seed=0, key_rules=("raw",))
+                              max_new_tokens=8, seed=0, hooks=CreditHooks(TOY, key_rules=("raw",)))
     # truncated at the step limit in room 2: its last step led to room 2, seen nowhere as an anchor
     assert rb.state_texts == ["room 0", "room 1", "room 1"]
     assert rb.next_state_texts == ["room 1", "room 1", "room 2"]
@@ -332,3 +337,61 @@ def test_each_step_records_the_state_it_led_to_and_the_last_one_where_the_episod
     assert not rb.trajectories[0]["success"] and rb.trajectories[0]["truncated"]
     # the estimator input comes from it with no estimator-specific code
     np.testing.assert_array_equal(rollout_inputs("graphgpo", {}, rb)["next_state_key"], rb.next_state_keys)
+
+
+# ------------------------------------------------------------------ the benchmark's reward, the driver's hooks
+class ProgressRewardToy(type(TOY)):
+    """The toy corridor with a reward of its own: 1 per room gained toward the goal (the room
+    number read from the state key), -0.5 for a refused action, ``success_reward`` on the win."""
+
+    def step_reward(self, observation, success_reward):
+        if observation.won:
+            return success_reward
+        if observation.info.get("refused"):
+            return -0.5
+        return 1.0 if observation.text.startswith("You are in room") else 0.0
+
+
+def test_a_benchmark_defines_the_reward_of_its_steps():
+    tasks = TOY.load_tasks(None, "train")[3:4]  # corridor of length 5
+    script = [act("go east"), act("jump"), act("look"), act("go east"), act("go east"), act("go east")]
+    with EnvPool(get_benchmark("toy"), None, 1) as pool:
+        rb = collect_rollouts(SequencePolicy(script), pool, ProgressRewardToy(), tasks, group_size=1, max_steps=6,
+                              temperature=1.0, max_new_tokens=8, seed=0, success_reward=7.0)
+        plain = collect_rollouts(SequencePolicy(script), pool, TOY, tasks, group_size=1, max_steps=6,
+                                 temperature=1.0, max_new_tokens=8, seed=0, success_reward=7.0)
+    assert rb.actions == ["go east", "jump", "look", "go east", "go east", "go east"]
+    # east (room 1), refused, look (the room again), east, east, east (room 4: the win)
+    assert rb.steps.reward.tolist() == [1.0, -0.5, 1.0, 1.0, 1.0, 7.0]
+    # the default rule: success_reward on the winning step, else 0
+    assert plain.steps.reward.tolist() == [0.0, 0.0, 0.0, 0.0, 0.0, 7.0]
+    assert rb.actions == plain.actions and rb.trajectories[0]["success"]
+
+
+class StopAfter(RolloutHooks):
+    """Stops every episode once it has taken ``n`` actions (a known end), and records every call."""
+
+    def __init__(self, n):
+        self.n, self.calls = n, []
+
+    def should_stop(self, episode):
+        self.calls.append((episode.index, episode.actions))
+        return episode.num_steps >= self.n
+
+
+def test_hooks_add_to_the_episodes_and_the_default_adds_nothing():
+    import inspect
+
+    # the training path carries no feature of the credit instrument: they are hooks
+    params = inspect.signature(collect_rollouts).parameters
+    assert not {"starts", "sample_seeds", "key_rules", "known_end"} & set(params) and "hooks" in params
+    tasks = TOY.load_tasks(None, "train")[3:5]  # corridors of length 5 and 6
+    hooks = StopAfter(2)
+    with EnvPool(get_benchmark("toy"), None, 2) as pool:
+        rb = collect_rollouts(SequencePolicy([act("go east")] * 6), pool, TOY, tasks, group_size=2, max_steps=6,
+                              temperature=1.0, max_new_tokens=8, seed=0, hooks=hooks)
+    assert [t["num_steps"] for t in rb.trajectories] == [2, 2, 2, 2]
+    assert all(t["cut"] and not t["success"] and not t["truncated"] for t in rb.trajectories)
+    assert hooks.calls[:4] == [(0, ()), (1, ()), (2, ()), (3, ())]
+    assert hooks.calls[-4:] == [(i, ("go east", "go east")) for i in range(4)]
+    assert rb.state_texts_by_rule == {} and not rb.replayed.any()

@@ -5,8 +5,8 @@ import signal
 import pytest
 
 from g2po_bench.algorithms.backends.lifecycle import RunLifecycle
-from g2po_bench.benchmarks.shutdown import ShutdownRequested
 from g2po_bench.runconfig import load_config
+from g2po_bench.runtime.shutdown import ShutdownRequested
 
 
 def _lifecycle(tmp_path) -> RunLifecycle:

@@ -1,4 +1,4 @@
-"""The signal policy (benchmarks/shutdown.py) on real processes, and crashed-heavy iterations.
+"""The signal policy (g2po_bench/runtime/shutdown.py) on real processes, and crashed-heavy iterations.
 
 - environment workers survive the job's signals (SIGUSR2, SIGTERM, SIGINT, SIGHUP) and keep
   answering; they end with their parent;
@@ -24,15 +24,16 @@ import time
 import pytest
 import training_process as tp
 
-from g2po_bench.benchmarks.shutdown import (
+from g2po_bench.benchmarks.registry import get_benchmark
+from g2po_bench.core.protocol import Task
+from g2po_bench.runtime.shutdown import (
     JOB_SIGNALS,
     GracefulShutdown,
     Interrupted,
     ShutdownRequested,
     check_stop,
 )
-from g2po_bench.benchmarks.workers import EnvPool
-from g2po_bench.core.protocol import Task
+from g2po_bench.runtime.workers import EnvPool
 
 TIMEOUT = 900  # seconds; a run takes ~10 s on 2 idle cores, much longer on a loaded machine
 TASK = Task(task_id="c4", task_type="corridor", env="toy", payload={"length": 4})
@@ -40,7 +41,7 @@ TASK = Task(task_id="c4", task_type="corridor", env="toy", payload={"length": 4}
 
 # ---------------------------------------------------------------------------- workers
 def test_workers_survive_the_jobs_signals_and_keep_answering():
-    with EnvPool("toy", None, 2) as pool:
+    with EnvPool(get_benchmark("toy"), None, 2) as pool:
         pool.reset([(0, TASK), (1, TASK)])
         pids = pool.worker_pids()
         for sig in (signal.SIGUSR2, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
@@ -62,8 +63,9 @@ def test_an_unclosed_pool_does_not_hang_the_interpreter_at_exit():
     import subprocess
     import sys
 
-    code = ("from g2po_bench.benchmarks.workers import EnvPool\n"
-            "pool = EnvPool('toy', None, 2)\n"
+    code = ("from g2po_bench.runtime.workers import EnvPool\n"
+            "from g2po_bench.benchmarks.registry import get_benchmark\n"
+            "pool = EnvPool(get_benchmark('toy'), None, 2)\n"
             "print(*pool.worker_pids())\n")
     res = subprocess.run([sys.executable, "-c", code], cwd=tp.REPO, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr

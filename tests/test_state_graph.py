@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 from fake_rollouts import TOY, TokenPolicy, act
 
-from g2po_bench.algorithms.backends.common import record_step_table, step_advantages
-from g2po_bench.algorithms.registry import estimate
+from g2po_bench.algorithms.backends.common import record_step_table
+from g2po_bench.algorithms.registry import bind_run_estimator, estimate
 from g2po_bench.analysis.state_graph import (
     FAILURE,
     SUCCESS,
@@ -23,12 +23,13 @@ from g2po_bench.analysis.state_graph import (
     group_rows,
     recompute,
 )
+from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.rollout import collect_rollouts, state_label
-from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.cli import main as cli_main
 from g2po_bench.core.config import config_hash
 from g2po_bench.core.steptable import read_step_table, recorded_iterations, write_step_table
 from g2po_bench.runconfig import load_config
+from g2po_bench.runtime.workers import EnvPool
 
 COMMON = ("mode", "gamma", "step_weight", "invalid_penalty", "success_reward")
 
@@ -41,10 +42,10 @@ def recorded(tmp_path_factory):
     cfg = load_config(None, ["env.name=toy"])
     tasks = TOY.load_tasks(None, "train")[2:5]  # corridors of 4, 5, 6 rooms
     pol = TokenPolicy([act("go east"), act("go east"), act("go west"), act("look"), "no tags"])
-    with EnvPool("toy", None, 2) as pool:
+    with EnvPool(get_benchmark("toy"), None, 2) as pool:
         rb = collect_rollouts(pol, pool, TOY, tasks, group_size=8, max_steps=8, temperature=1.0,
                               max_new_tokens=8, seed=1)
-    res = step_advantages(cfg, rb)
+    res = bind_run_estimator(cfg)(rb)
     info = record_step_table(root, cfg, rb, res, 3)
     return root, cfg, rb, res, info
 
@@ -303,7 +304,7 @@ def test_critic_runs_record_values_so_ppo_can_be_recomputed(tmp_path):
     cfg = load_config(None, ["env.name=toy", "algorithm.name=ppo"])
     rb = toy_rollouts(seed=2, groups=2, group_size=3, max_steps=4)
     values = np.random.default_rng(0).normal(size=len(rb.steps))
-    res = step_advantages(cfg, rb, values)
+    res = bind_run_estimator(cfg)(rb, values)
     record_step_table(tmp_path, cfg, rb, res, 1, values)
     table = read_step_table(tmp_path, 1)
     np.testing.assert_array_equal(table.frame["critic_value"].to_numpy(), values)
@@ -320,7 +321,7 @@ def test_graphgpo_runs_record_next_state_keys_so_graphgpo_can_be_recomputed(tmp_
 
     cfg = load_config(None, ["env.name=toy", "algorithm.name=graphgpo"])
     rb = toy_rollouts(seed=3, groups=2, group_size=3, max_steps=4)
-    res = step_advantages(cfg, rb)
+    res = bind_run_estimator(cfg)(rb)
     record_step_table(tmp_path, cfg, rb, res, 1)
     table = read_step_table(tmp_path, 1)
     np.testing.assert_array_equal(table.frame["next_state_key"].to_numpy(), rb.next_state_keys)

@@ -16,7 +16,7 @@ import pytest
 
 from g2po_bench.algorithms import estimate
 from g2po_bench.algorithms.estimators.crbc import closure_values
-from g2po_bench.algorithms.registry import check_options, estimator_options
+from g2po_bench.algorithms.registry import check_options, estimator_defaults
 from g2po_bench.algorithms.synthetic import (
     batch_from_trajectories,
     next_state_keys,
@@ -306,9 +306,9 @@ def test_graphgpo_relative_distance_and_defaults():
     m0 = 22.4 / 3
     close(res.row_terms["a_s"], [10 - m0, 4.375, 0, 2.5 - m0, 0, 9.9 - m0, -4.375, 0, 0.05, 0, -0.05])
     # defaults: gamma_d 0.1 (ALFWorld), 0.2 on WebShop; mean_std_norm whatever algorithm.mode says
-    assert estimator_options("graphgpo")["distance_gamma"] == 0.1
-    assert estimator_options("graphgpo", env="webshop")["distance_gamma"] == 0.2
-    from g2po_bench.algorithms.backends.common import estimator_options as trainer_options
+    assert estimator_defaults("graphgpo")["distance_gamma"] == 0.1
+    assert estimator_defaults("graphgpo", env="webshop")["distance_gamma"] == 0.2
+    from g2po_bench.algorithms.registry import run_estimator_options as trainer_options
 
     algo = SimpleNamespace(name="graphgpo", mode="mean_norm", gamma=0.95, step_weight=1.0,
                            invalid_penalty=0.1, success_reward=10.0, options={})

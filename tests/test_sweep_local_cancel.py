@@ -38,7 +38,7 @@ from sweep_support import (
     wait_for,
 )
 
-from g2po_bench.benchmarks.shutdown import (
+from g2po_bench.runtime.shutdown import (
     GracefulShutdown,
     Interrupted,
     ShutdownRequested,

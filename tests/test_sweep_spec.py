@@ -258,3 +258,61 @@ def test_dry_run_prints_the_plan_and_submits_nothing(tmp_path):
     bad = run_cli(["launch", str(toy_spec(tmp_path / "b.yaml", "b", extra={"grid": {"algorithm.name": ["x"]}})),
                    "--cluster", "local", "--output-dir", str(out)], cwd=tmp_path)
     assert bad.returncode == 2 and "algorithm.name" in bad.stderr and not out.exists()
+
+
+def test_a_dry_run_plans_unset_variables_with_placeholders(tmp_path, monkeypatch):
+    """Issue 51: `g2po sweep launch main_table --dry-run`, documented as printing the plan, exited 2 on unset
+    environment variables. The dry run plans them as placeholders (runs validated in all but their folders,
+    run ids ending in "?"); a launch still refuses them, naming the variables."""
+    for v in ("G2PO_MODEL_1_5B", "G2PO_MODEL_7B", "G2PO_ALFWORLD_DATA", "G2PO_WEBSHOP_DATA"):
+        monkeypatch.delenv(v, raising=False)
+    spec = load_spec("main_table", output_dir=tmp_path / "main_table")
+    runs = expand(spec, placeholders=True)
+    assert len(runs) == 72 == len({tuple(sorted(r.labels.items())) for r in runs})
+    first = runs[0]
+    assert first.run_id == "alfworld-ppo-s0-?" and first.needs == ["$G2PO_ALFWORLD_DATA", "$G2PO_MODEL_1_5B"]
+    cfg = yaml.safe_load(first.config_yaml)
+    assert cfg["model"]["path"] == "<unset:$G2PO_MODEL_1_5B>" and cfg["env"]["max_steps"] == 50
+    assert cfg["env"]["prompt"] == "reference"  # resolved as for a real model folder, not the tiny model's
+    with pytest.raises(SpecError, match="G2PO_MODEL_1_5B"):
+        expand(spec)  # the spec itself keeps its variables: a launch needs them
+    proc = run_cli(["launch", "main_table", "--dry-run", "--cluster", "local", "--output-dir", str(tmp_path / "mt")],
+                   cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("submit: new (needs $G2PO_") == 72 and "72 run(s): 72 to submit" in proc.stdout
+    assert "72 run(s) use unset spec variables ($G2PO_ALFWORLD_DATA, $G2PO_MODEL_1_5B, $G2PO_MODEL_7B, " \
+           "$G2PO_WEBSHOP_DATA)" in proc.stderr
+    assert not (tmp_path / "mt").exists()
+    bad = run_cli(["launch", "main_table", "--cluster", "local", "--output-dir", str(tmp_path / "mt")], cwd=tmp_path)
+    assert bad.returncode == 2 and "G2PO_MODEL_1_5B" in bad.stderr and not (tmp_path / "mt").exists()
+
+
+def test_slurm_without_its_commands_is_one_line_before_anything_is_submitted(tmp_path):
+    """Issue 51: `g2po sweep launch smoke --cluster slurm` on a machine without Slurm passed its dry run, then
+    printed a 31-line Submitit traceback ending 'Could not detect "srun"'. The dry run now says a launch
+    would fail, and the launch fails in one line (exit 2) with nothing recorded."""
+    bare = tmp_path / "bin"  # a PATH without sbatch and srun (CI installs a Slurm; the CLI runs by sys.executable)
+    bare.mkdir()
+    env = {"PATH": str(bare)}
+    out = tmp_path / "out"
+    dry = run_cli(["launch", "smoke", "--cluster", "slurm", "--dry-run", "--output-dir", str(out)], cwd=tmp_path, env=env)
+    assert dry.returncode == 0 and "note: a launch would fail here: --cluster slurm: sbatch and srun not found" in dry.stderr
+    proc = run_cli(["launch", "smoke", "--cluster", "slurm", "--output-dir", str(out)], cwd=tmp_path, env=env)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert "sweep launch failed: --cluster slurm: sbatch and srun not found on PATH" in proc.stderr
+    assert "--cluster local" in proc.stderr and not (out / "sweep.json").exists()
+
+
+def test_a_jobs_device_auto_is_hashed_as_the_device_its_resources_give(tmp_path, monkeypatch):
+    """model.device=auto names the run of the device the job gets (cpu without GPUs, cuda with), whatever
+    the launching machine has: a spec with auto plans the same run ids as one with the device written."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a login node with a GPU
+    ids = {}
+    for device in ("auto", "cpu"):
+        spec = load_spec(toy_spec(tmp_path / f"{device}.yaml", device, algorithms=("grpo",),
+                                  extra={"grid": {"algorithm.name": ["grpo"], "model.device": [device]}}))
+        ids[device] = [r.run_id for r in expand(spec)]
+    assert ids["auto"] == ids["cpu"]

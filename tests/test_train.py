@@ -24,10 +24,20 @@ def _cfg(tmp_path, *extra):
 
 
 @pytest.mark.parametrize("algorithm", ["g2po", "grpo", "gigpo", "rloo", "ppo"])
-def test_training_writes_a_complete_run_folder(tmp_path, algorithm):
-    run = run_train(_cfg(tmp_path, f"algorithm.name={algorithm}"))
+def test_training_writes_a_complete_run_folder(tmp_path, monkeypatch, algorithm):
+    from g2po_bench.algorithms.registry import EstimatorSpec
+
+    cfg = _cfg(tmp_path, f"algorithm.name={algorithm}")
+    checked = []  # the estimator's option checks during training
+    original = EstimatorSpec.check_options
+    monkeypatch.setattr(EstimatorSpec, "check_options",
+                        lambda self, options: (checked.append(self.name), original(self, options))[1])
+    run = run_train(cfg)
     metrics = read_jsonl(run.metrics_path)
     assert [m["iteration"] for m in metrics] == [1, 2]
+    # the trainer binds the estimator once (registry.bind_run_estimator) and calls it
+    # every iteration: its options are checked once per run, not once per iteration
+    assert checked == [algorithm]
     for m in metrics:
         assert np.isfinite(m["loss/pg_loss"]) and m["train/steps"] > 0
         assert 0.0 <= m["train/success_rate"] <= 1.0

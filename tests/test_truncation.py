@@ -18,14 +18,14 @@ from g2po_bench.algorithms.backends.common import (
     rollout_metrics,
 )
 from g2po_bench.algorithms.backends.local.model import build_tiny_model, load_model_and_tokenizer
-from g2po_bench.algorithms.backends.local.policy import LocalPolicy
+from g2po_bench.algorithms.backends.local.transformers_policy import LocalPolicy
 from g2po_bench.benchmarks.evaluation import evaluate
-from g2po_bench.benchmarks.policy import Generation, response_was_cut
 from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.rollout import collect_rollouts
-from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.core.rundir import read_jsonl
 from g2po_bench.runconfig import load_config
+from g2po_bench.runtime.policy_protocol import Generation, response_was_cut
+from g2po_bench.runtime.workers import EnvPool
 from g2po_bench.train import run_train
 
 TOY = get_benchmark("toy")
@@ -59,7 +59,7 @@ def test_response_was_cut_reads_finish_reason_then_finished():
 
 def test_rollout_flags_cut_prompts_and_responses_per_step():
     tasks = TOY.load_tasks(None, "train")[:2]
-    with EnvPool("toy", None, 1) as pool:
+    with EnvPool(get_benchmark("toy"), None, 1) as pool:
         rb = collect_rollouts(CuttingPolicy(), pool, TOY, tasks, group_size=3, max_steps=4,
                               temperature=1.0, max_new_tokens=8, seed=1)
     n = len(rb.steps)
@@ -80,7 +80,7 @@ def test_rollout_flags_cut_prompts_and_responses_per_step():
 
 def test_evaluation_record_counts_cut_prompts_and_responses():
     panel = TOY.load_tasks(None, "eval")[:3]
-    with EnvPool("toy", None, 1) as pool:
+    with EnvPool(get_benchmark("toy"), None, 1) as pool:
         ev = evaluate(CuttingPolicy(), pool, TOY, panel, iteration=0, max_steps=4, temperature=0.4,
                       max_new_tokens=8, seed=5)
         rb = collect_rollouts(CuttingPolicy(), pool, TOY, panel, group_size=1, max_steps=4,

@@ -7,6 +7,7 @@ import torch
 from test_train import TOY as TRAIN_TOY
 
 from g2po_bench.algorithms.backends.local.warm_start import warm_start_key, warm_start_settings
+from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.runconfig import load_config
 from g2po_bench.train import run_train
 
@@ -89,7 +90,7 @@ def test_detour_demonstrations_visit_another_receptacle_first_and_still_win(tmp_
     from g2po_bench.benchmarks import alfworld
     from g2po_bench.benchmarks.alfworld.env import AlfworldEnv
     from g2po_bench.benchmarks.demos import collect_demonstrations
-    from g2po_bench.benchmarks.workers import EnvPool
+    from g2po_bench.runtime.workers import EnvPool
 
     root = require_shared("alfworld")
     tasks = alfworld.find_games(root, "valid_seen", ["pick_and_place_simple"])[:4]
@@ -106,7 +107,7 @@ def test_detour_demonstrations_visit_another_receptacle_first_and_still_win(tmp_
         assert obs.won
     env.close()
     cfg = load_config(None, ["env.data_dir=" + str(root), "env.num_workers=1"])
-    with EnvPool("alfworld", cfg.env, 1) as pool:
+    with EnvPool(get_benchmark("alfworld"), cfg.env, 1) as pool:
         plain, win0 = collect_demonstrations(pool, alfworld, tasks, max_steps=50)
         every, win1 = collect_demonstrations(pool, alfworld, tasks, max_steps=50, detour_prob=1.0)
     assert win0 == win1 == 1.0
@@ -148,15 +149,15 @@ def test_replay_skips_a_conditional_action_the_observation_does_not_admit():
 
     from g2po_bench.benchmarks import toy
     from g2po_bench.benchmarks.demos import collect_demonstrations
-    from g2po_bench.benchmarks.workers import EnvPool
     from g2po_bench.core.protocol import IfAdmissible
+    from g2po_bench.runtime.workers import EnvPool
 
     task = toy.load_tasks(None, "train")[2]  # corridor of 4 rooms: 3 x go east wins
     plan = [IfAdmissible("open door"), "go east", IfAdmissible("look"), "go east", IfAdmissible("open door"),
             "go east", IfAdmissible("open door")]
     bench = SimpleNamespace(expert_actions=lambda t: list(plan), build_prompt=toy.build_prompt,
                             expert_response=toy.expert_response)
-    with EnvPool("toy", None, 1) as pool:
+    with EnvPool(get_benchmark("toy"), None, 1) as pool:
         demos, win = collect_demonstrations(pool, bench, [task], max_steps=10)
         cut, _ = collect_demonstrations(pool, bench, [task], max_steps=2)
     assert win == 1.0
@@ -173,12 +174,12 @@ def test_opening_detours_on_real_games_show_the_contents_then_leave():
 
     from g2po_bench.benchmarks import alfworld
     from g2po_bench.benchmarks.demos import collect_demonstrations
-    from g2po_bench.benchmarks.workers import EnvPool
+    from g2po_bench.runtime.workers import EnvPool
 
     root = require_shared("alfworld")
     tasks = alfworld.find_games(root, "valid_seen")[::7][:20]
     cfg = load_config(None, ["env.data_dir=" + str(root), "env.num_workers=1"])
-    with EnvPool("alfworld", cfg.env, 1) as pool:
+    with EnvPool(get_benchmark("alfworld"), cfg.env, 1) as pool:
         walk, _ = collect_demonstrations(pool, alfworld, tasks, max_steps=50, detour_prob=1.0)
         look, win = collect_demonstrations(pool, alfworld, tasks, max_steps=50, detour_prob=1.0,
                                            detour_open_prob=1.0)
@@ -230,12 +231,12 @@ def test_stall_demonstrations_still_win_on_real_games():
 
     from g2po_bench.benchmarks import alfworld
     from g2po_bench.benchmarks.demos import collect_demonstrations
-    from g2po_bench.benchmarks.workers import EnvPool
+    from g2po_bench.runtime.workers import EnvPool
 
     root = require_shared("alfworld")
     tasks = alfworld.find_games(root, "valid_seen", ["pick_and_place_simple"])[:4]
     cfg = load_config(None, ["env.data_dir=" + str(root), "env.num_workers=1"])
-    with EnvPool("alfworld", cfg.env, 1) as pool:
+    with EnvPool(get_benchmark("alfworld"), cfg.env, 1) as pool:
         plain, win0 = collect_demonstrations(pool, alfworld, tasks, max_steps=30)
         stalled, win1 = collect_demonstrations(pool, alfworld, tasks, max_steps=30, stall_prob=0.6, seed=1)
     assert win0 == win1 == 1.0
@@ -250,8 +251,8 @@ def test_mistake_is_inserted_after_the_detour_and_never_imitated():
 
     from g2po_bench.benchmarks import alfworld
     from g2po_bench.benchmarks.demos import collect_demonstrations
-    from g2po_bench.benchmarks.workers import EnvPool
     from g2po_bench.core.protocol import Mistake
+    from g2po_bench.runtime.workers import EnvPool
 
     detour = ["go to drawer 1", "go to dresser 1", "take alarmclock 1 from dresser 1", "use desklamp 1"]
     out = alfworld.expert_mistake(detour)
@@ -266,7 +267,7 @@ def test_mistake_is_inserted_after_the_detour_and_never_imitated():
     root = require_shared("alfworld")
     tasks = alfworld.find_games(root, "valid_seen", ["pick_and_place_simple"])[:4]
     cfg = load_config(None, ["env.data_dir=" + str(root), "env.num_workers=1"])
-    with EnvPool("alfworld", cfg.env, 1) as pool:
+    with EnvPool(get_benchmark("alfworld"), cfg.env, 1) as pool:
         plain, _ = collect_demonstrations(pool, alfworld, tasks, max_steps=50, detour_prob=1.0)
         slips, win = collect_demonstrations(pool, alfworld, tasks, max_steps=50, detour_prob=1.0,
                                             recovery_prob=1.0)

@@ -8,6 +8,7 @@ import pytest
 
 import g2po_bench.benchmarks.webshop as ws
 from g2po_bench.benchmarks.parsing import parse_response
+from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.webshop.expert import play_expert
 from g2po_bench.benchmarks.webshop.prompt import MAX_PROMPT_CHARS, format_observation
 from g2po_bench.benchmarks.webshop.synthetic import generate_catalogue
@@ -49,10 +50,10 @@ def test_expert_wins_every_synthetic_goal(cfg):
 
 def test_synthetic_default_through_the_worker_harness(cfg):
     from g2po_bench.benchmarks.demos import collect_demonstrations
-    from g2po_bench.benchmarks.workers import EnvPool
+    from g2po_bench.runtime.workers import EnvPool
 
     tasks = ws.load_tasks(cfg, "train")[:6]
-    with EnvPool("webshop", cfg, num_workers=2) as pool:
+    with EnvPool(get_benchmark("webshop"), cfg, num_workers=2) as pool:
         demos, win_rate = collect_demonstrations(pool, ws, tasks, max_steps=cfg.max_steps, history_length=2)
         assert win_rate == 1.0
         assert len(demos) == sum(len(ws.expert_actions(t)) for t in tasks)
@@ -145,7 +146,7 @@ class _BuyOrSearchPolicy:
     def generate(self, prompts, *, temperature, max_new_tokens, top_p=1.0, seed=None):
         import re
 
-        from g2po_bench.benchmarks.policy import Generation
+        from g2po_bench.runtime.policy_protocol import Generation
 
         out = []
         for p in prompts:
@@ -165,7 +166,7 @@ def test_score_counts_every_episode_a_non_buyer_scores_zero(cfg):
     from g2po_bench.algorithms.backends.common import rollout_metrics
     from g2po_bench.benchmarks.evaluation import evaluate
     from g2po_bench.benchmarks.rollout import collect_rollouts
-    from g2po_bench.benchmarks.workers import EnvPool
+    from g2po_bench.runtime.workers import EnvPool
 
     env = ws.make_env(cfg)
     by_instruction = {}
@@ -175,7 +176,7 @@ def test_score_counts_every_episode_a_non_buyer_scores_zero(cfg):
     assert len(tasks) == 6
     buyers = {env.reset(t).instruction: [a.lower() for a in ws.expert_actions(t)] for t in tasks[:3]}
     max_steps = max(len(p) for p in buyers.values())
-    with EnvPool("webshop", cfg, num_workers=1) as pool:
+    with EnvPool(get_benchmark("webshop"), cfg, num_workers=1) as pool:
         ev = evaluate(_BuyOrSearchPolicy(buyers), pool, ws.BENCHMARK, tasks, iteration=0, max_steps=max_steps,
                       temperature=0.4, max_new_tokens=8, seed=0)
         rb = collect_rollouts(_BuyOrSearchPolicy(buyers), pool, ws.BENCHMARK, tasks, group_size=1,

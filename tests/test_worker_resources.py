@@ -7,9 +7,10 @@ import os
 
 import pytest
 
-from g2po_bench.benchmarks import cpus
-from g2po_bench.benchmarks.workers import EnvPool
+from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.core.protocol import Task
+from g2po_bench.runtime import cpus
+from g2po_bench.runtime.workers import EnvPool
 
 
 def corridor(n: int) -> Task:
@@ -44,11 +45,11 @@ def test_usable_cpus_follows_affinity_slurm_and_cgroup(no_limits):
 
 def test_default_worker_count_is_the_usable_cpus(no_limits):
     no_limits.setenv("SLURM_CPUS_PER_TASK", "1")
-    with EnvPool("toy", None) as pool:
+    with EnvPool(get_benchmark("toy"), None) as pool:
         assert pool.num_workers == 1 and len(pool.worker_pids()) == 1
     no_limits.delenv("SLURM_CPUS_PER_TASK")
     no_limits.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
-    with EnvPool("toy", None) as pool:
+    with EnvPool(get_benchmark("toy"), None) as pool:
         assert pool.num_workers == 3
 
 
@@ -77,7 +78,7 @@ def test_every_thread_pool_in_a_worker_runs_one_thread():
     from threadpoolctl import threadpool_info
 
     assert any(p["user_api"] == "blas" for p in threadpool_info())
-    with EnvPool("toy", None, 2) as pool:
+    with EnvPool(get_benchmark("toy"), None, 2) as pool:
         probes = pool.probe()
     assert len(probes) == 2
     for probe in probes:
@@ -90,8 +91,9 @@ def test_every_thread_pool_in_a_worker_runs_one_thread():
 _MEMORY_PROBE = """
 import json, sys
 import g2po_bench.benchmarks.toy as toy
+from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.core.protocol import Task
-from g2po_bench.benchmarks.workers import EnvPool
+from g2po_bench.runtime.workers import EnvPool
 
 kept = []
 real = toy.CorridorEnv.reset
@@ -109,12 +111,12 @@ def rss(pool):
     return pool.probe()[0]["rss_bytes"] / 2**20
 
 out = {}
-with EnvPool("toy", None, 1, max_episodes=0) as pool:
+with EnvPool(get_benchmark("toy"), None, 1, max_episodes=0) as pool:
     start = rss(pool)
     for i in range(24):
         pool.reset([(0, corridor(3 + i % 5))])
     out["grown"], out["recycled_off"] = rss(pool) - start, pool.recycled
-with EnvPool("toy", None, 1, max_episodes=6) as pool:
+with EnvPool(get_benchmark("toy"), None, 1, max_episodes=6) as pool:
     start, peak = rss(pool), 0.0
     for i in range(24):
         pool.reset([(0, corridor(3 + i % 5))])
@@ -144,7 +146,7 @@ def test_worker_memory_grows_without_recycling_and_stays_bounded_with_it():
 
 
 def test_recycling_waits_for_running_episodes_and_loses_none():
-    with EnvPool("toy", None, 1, max_episodes=2) as pool:
+    with EnvPool(get_benchmark("toy"), None, 1, max_episodes=2) as pool:
         first = pool.worker_pids()
         pool.reset([(0, corridor(3)), (1, corridor(4))])  # 2 episodes: due for recycling
         assert pool.step([(1, "go east")])[1].text == "You are in room 1 of 4."
@@ -161,10 +163,13 @@ def test_recycling_waits_for_running_episodes_and_loses_none():
 
 
 def test_pool_rejects_negative_settings():
+    # the pool is given the benchmark itself, not its name (the runtime looks no benchmark up)
+    with pytest.raises(TypeError, match=r"EnvPool needs the benchmark itself, got 'toy'.*get_benchmark\(name\)"):
+        EnvPool("toy", None, 1)
     with pytest.raises(ValueError, match="max_episodes=-1"):
-        EnvPool("toy", None, 1, max_episodes=-1)
+        EnvPool(get_benchmark("toy"), None, 1, max_episodes=-1)
     with pytest.raises(ValueError, match="num_workers=-2"):
-        EnvPool("toy", None, -2)
+        EnvPool(get_benchmark("toy"), None, -2)
 
 
 # ---------------------------------------------------------------------------- start-up
@@ -176,9 +181,10 @@ def test_alfworld_workers_are_forked_with_the_engine_already_imported():
 
     code = ("import sys\n"
             "from g2po_bench.runconfig import load_config\n"
-            "from g2po_bench.benchmarks.workers import EnvPool\n"
+            "from g2po_bench.runtime.workers import EnvPool\n"
+            "from g2po_bench.benchmarks.registry import get_benchmark\n"
             "assert 'textworld' not in sys.modules\n"
-            "pool = EnvPool('alfworld', load_config().env, num_workers=1)\n"
+            "pool = EnvPool(get_benchmark('alfworld'), load_config().env, num_workers=1)\n"
             "print('textworld' in sys.modules, 'alfworld.agents.environment.alfred_tw_env' in sys.modules)\n"
             "pool.close()\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

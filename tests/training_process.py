@@ -6,7 +6,7 @@ with the signal dispositions of a process started from a terminal (set explicitl
 with SIGINT ignored, and its children would inherit that). With ``job_like=True`` the process first installs the signal handlers a Submitit job has (SIGTERM
 ignored with a log line, as Submitit's ``bypass`` does), so a SIGTERM behaves as under
 ``scancel``: the process is not killed by it, and only the trainer's signal policy
-(benchmarks/shutdown.py) can stop it cleanly. ``signal_job`` sends a signal to the training
+(g2po_bench/runtime/shutdown.py) can stop it cleanly. ``signal_job`` sends a signal to the training
 process *and every descendant* (its environment workers), as Slurm signals every process of a
 job step.
 """

@@ -1,10 +1,10 @@
 """What every trainer backend shares, so that the choice of backend changes no result semantics.
 
-- :func:`estimator_options` / :func:`estimator_inputs_of` / :func:`step_advantages`: the
-  registry estimator called with the same options and inputs on every backend (one config
-  gives the same per-step advantages for the same rollouts, whether trained locally or on
-  OpenRLHF). The inputs come from the registry's vocabulary
-  (:func:`g2po_bench.algorithms.registry.rollout_inputs`): nothing here knows an estimator.
+- The estimator: every backend calls the run's bound estimator
+  (:func:`g2po_bench.algorithms.registry.bind_run_estimator`, bound once when the trainer starts) with the
+  iteration's rollouts and critic values, so one config gives the same per-step advantages for
+  the same rollouts, whether trained locally or on OpenRLHF; :func:`needs_critic` says whether
+  the trainer trains a critic. Nothing here knows an estimator.
 - :func:`eval_summary`: the ``eval.json`` record of ``g2po_bench/core/rundir.py`` from the evaluation
   history.
 - :func:`load_task_splits`, :func:`training_rollouts`, :func:`evaluate_panel`,
@@ -31,17 +31,15 @@ import numpy as np
 from g2po_bench.algorithms.registry import (
     INPUTS,
     AdvantageResult,
-    estimate,
     estimator_inputs,
-    estimator_spec,
-    rollout_inputs,
+    run_estimator_options,
 )
 from g2po_bench.benchmarks.evaluation import evaluate, select_panel
 from g2po_bench.benchmarks.rollout import RolloutBatch, collect_rollouts, success_by_task_type
 from g2po_bench.core.steptable import BASE_COLUMNS, write_step_table
 
-__all__ = ["STALE_SAMPLER_GAP", "StaleSamplerWarning", "SamplerGapMonitor", "needs_critic", "estimator_options", "estimator_inputs_of",
-           "step_advantages", "eval_summary", "eval_record",
+__all__ = ["STALE_SAMPLER_GAP", "StaleSamplerWarning", "SamplerGapMonitor", "needs_critic",
+           "eval_summary", "eval_record",
            "at_train_temperature", "train_temperature_eval_due", "load_task_splits", "training_tasks",
            "training_rollouts", "training_rollout_settings", "evaluate_panel", "record_evaluation",
            "rollout_metrics", "eval_metrics",
@@ -53,44 +51,10 @@ ACTION_CHARS = 80
 
 
 def needs_critic(cfg) -> bool:
-    """Whether the configured estimator declares the input ``values`` (critic V(s_t)): the
-    trainer then trains a critic."""
-    return "values" in estimator_inputs(cfg.algorithm.name, dict(cfg.algorithm.options))
-
-
-def estimator_options(cfg, rollouts=None, values: np.ndarray | None = None) -> dict[str, Any]:
-    """The options passed to the estimator: the five common ones from ``cfg.algorithm``, the
-    estimator's defaults for ``cfg.env.name`` where it declares environment-specific ones
-    (``env_defaults``, e.g. GraphGPO's gamma on WebShop), then its ``options`` (ablation
-    switches). Per-row inputs are not options (:func:`estimator_inputs_of`).
-
-    Args:
-        cfg: the RunConfig.
-        rollouts, values: not used (kept so that older callers keep working).
-    """
-    a = cfg.algorithm
-    opts: dict[str, Any] = {"mode": a.mode, "gamma": a.gamma, "step_weight": a.step_weight,
-                            "invalid_penalty": a.invalid_penalty, "success_reward": a.success_reward}
-    opts.update(estimator_spec(a.name).env_defaults.get(cfg.env.name, {}))
-    opts.update(dict(a.options))
-    return opts
-
-
-def estimator_inputs_of(cfg, rollouts, values: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """The per-row inputs the configured estimator declares, built from ``rollouts`` (and the
-    critic ``values``) by :func:`g2po_bench.algorithms.registry.rollout_inputs`.
-
-    Raises:
-        ValueError: a declared input is missing (named, with who supplies it).
-    """
-    return rollout_inputs(cfg.algorithm.name, estimator_options(cfg), rollouts, values)
-
-
-def step_advantages(cfg, rollouts, values: np.ndarray | None = None) -> AdvantageResult:
-    """Per-step advantages of ``rollouts.steps``: the registry's AdvantageResult
-    (``advantages`` (B,) float64 in row order, ``returns`` (B,) or None, ``diagnostics``)."""
-    return estimate(cfg.algorithm.name, rollouts.steps, inputs=estimator_inputs_of(cfg, rollouts, values),
-                    **estimator_options(cfg))
+    """Whether the configured estimator, with the run's options
+    (:func:`g2po_bench.algorithms.registry.run_estimator_options`), declares the input ``values`` (critic
+    V(s_t)): the trainer then trains a critic."""
+    return "values" in estimator_inputs(cfg.algorithm.name, run_estimator_options(cfg))
 
 
 def eval_summary(cfg, history: list[dict[str, Any]]) -> dict[str, Any]:
@@ -337,7 +301,8 @@ def step_table_columns(cfg, rb: RolloutBatch, res: AdvantageResult,
         columns["critic_value"] = np.asarray(values, dtype=np.float64)
     # the other declared inputs that have a step-table column (e.g. EMPG's entropies) are
     # recorded too, so that `g2po graph` can recompute the estimator from the table
-    for key in estimator_inputs(cfg.algorithm.name, estimator_options(cfg)):
+    options = run_estimator_options(cfg)
+    for key in estimator_inputs(cfg.algorithm.name, options):
         column = INPUTS[key].step_table_column
         attr = INPUTS[key].rollout_attribute
         value = getattr(rb, attr, None) if attr else None
@@ -345,7 +310,6 @@ def step_table_columns(cfg, rb: RolloutBatch, res: AdvantageResult,
             columns[column] = value
     if res.returns is not None:
         columns["return"] = res.returns
-    options = estimator_options(cfg)
     json.dumps(options)  # the config's options are plain YAML values
     meta = {"env": cfg.env.name, "estimator": cfg.algorithm.name, "options": options,
             "row_terms": sorted(res.row_terms)}

@@ -8,18 +8,26 @@ A backend (:mod:`.local.trainer`, :mod:`.openrlhf.trainer`) owns its models and 
   (:meth:`~RunLifecycle.fail`), ``interrupted`` with the signal (:meth:`~RunLifecycle.stop_on_signal`);
 - **metrics** (``metrics.jsonl``): one line per iteration with ``time_s`` (seconds since the run
   started, across resumes), appended by :meth:`~RunLifecycle.end_iteration`; only iterations
-  covered by the checkpoint survive a resume or a stop;
+  covered by the checkpoint survive a resume or a stop (dropped once the resumed run starts
+  training, never by an attempt that ends before);
 - **evaluations** (``eval.json``): the history, ``before``/``final``/``best`` and
   ``at_train_temperature`` (:meth:`~RunLifecycle.record_evaluation`);
-- **checkpoints**: ``checkpoints/latest`` replaced atomically (a staging folder the backend's
-  writer fills with its model and optimizer files, then the trainer state
-  ``trainer_state.json``: iteration, evaluation history, elapsed seconds, plus what the
-  backend adds), every ``train.checkpoint_every`` iterations and at the end;
-- **resume** (:meth:`~RunLifecycle.resume`): the trainer state of the checkpoint restored, metric
-  lines past it dropped, ``eval.json`` rewritten;
-- **signals** (:meth:`~RunLifecycle.run_guarded`): the policy of :mod:`g2po_bench.benchmarks.shutdown`:
+- **checkpoints**: ``checkpoints/latest`` and ``checkpoints/previous`` (:mod:`g2po_bench.core.checkpoints`):
+  a staging folder the backend's writer fills with its model and optimizer files, then the
+  trainer state ``trainer_state.json`` (iteration, evaluation history, elapsed seconds, plus what
+  the backend adds), fsynced, its ``manifest.json`` written, verified, and renamed to ``latest``
+  (the former ``latest`` kept as ``previous``), every ``train.checkpoint_every`` iterations and at
+  the end;
+- **resume** (``resume=true``; :meth:`~RunLifecycle.resume`): the newest intact checkpoint
+  (:attr:`~RunLifecycle.resume_from`; a corrupt ``latest`` is skipped with a warning naming the
+  file) and its trainer state restored. The run's records stay as they are until the resumed
+  run starts training (:meth:`~RunLifecycle.begin_training`): then metric lines past the
+  checkpoint are dropped and ``eval.json`` and ``config.yaml`` rewritten. A resume that fails or
+  is stopped before that leaves every record but ``status.json`` untouched, and its status keeps
+  the checkpoint's iteration;
+- **signals** (:meth:`~RunLifecycle.run_guarded`): the policy of :mod:`g2po_bench.runtime.shutdown`:
   SIGTERM, SIGINT and the preemption signal become a stop request; the iteration in flight is
-  abandoned without being recorded (:func:`~g2po_bench.benchmarks.shutdown.check_stop`, called in the
+  abandoned without being recorded (:func:`~g2po_bench.runtime.shutdown.check_stop`, called in the
   environment pool and at the backend's check points); the last complete iteration is
   checkpointed if it is not yet (:meth:`~RunLifecycle.checkpoint_on_stop`, placed by the
   backend where its models can still be saved); ``status.json`` says ``interrupted``; the
@@ -45,6 +53,7 @@ import os
 import shutil
 import signal
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -57,10 +66,12 @@ from g2po_bench.algorithms.backends.common import (
 )
 from g2po_bench.algorithms.backends.common import record_step_table as _record_step_table
 from g2po_bench.algorithms.backends.progress import RunProgress
-from g2po_bench.benchmarks.shutdown import GracefulShutdown, ShutdownRequested
+from g2po_bench.core.checkpoints import CorruptCheckpointWarning
 from g2po_bench.core.config import config_to_dict, config_to_yaml, resolve_run_id
+from g2po_bench.core.errors import CheckpointError
 from g2po_bench.core.rundir import RunDir, atomic_write_json, atomic_write_text
 from g2po_bench.core.tracking import RunPictures, Tracker, run_info, run_steps
+from g2po_bench.runtime.shutdown import GracefulShutdown, ShutdownRequested
 
 __all__ = ["RunLifecycle", "CheckpointWriter", "PICTURES_DIR"]
 
@@ -97,6 +108,13 @@ class RunLifecycle:
         progress: the :class:`.progress.RunProgress` (phases, their seconds for ``timing.json``).
         start_iteration: the next iteration to train (1 on a fresh start).
         eval_history, train_temperature_evals: the evaluations so far.
+        resume_from: with ``resume=true``, the newest intact checkpoint folder the backend loads
+            (None: nothing to resume, the run starts fresh).
+        checkpoint_iteration: the iteration of the run's newest intact checkpoint (None: none yet).
+
+    Raises:
+        g2po_bench.core.errors.CheckpointError: ``resume=true`` and the run holds checkpoints of
+            which none is intact (the message names the file at fault); nothing is written.
     """
 
     def __init__(self, cfg, *, backend: str, console=None, log: Callable[[str], Any] | None = None,
@@ -107,9 +125,14 @@ class RunLifecycle:
                  pictures: RunPictures | None = None):
         self.cfg = cfg
         self.backend = backend
-        self.run = RunDir(Path(cfg.output_dir) / resolve_run_id(cfg)).create()
+        run = RunDir(Path(cfg.output_dir) / resolve_run_id(cfg))
         self.progress = RunProgress(console, enabled=cfg.progress)
         self.log = log or self.progress.log
+        self.resume_from: Path | None = None
+        self.checkpoint_iteration: int | None = None  # iteration of the newest intact checkpoint
+        if cfg.resume:
+            self.resume_from, self.checkpoint_iteration = self._resume_point(run)
+        self.run = run.create()
         self.truncation = TruncationWarnings(cfg.train.max_prompt_tokens, log=truncation_log)
         self.write_checkpoint = write_checkpoint
         self.capture_state = capture_state
@@ -123,10 +146,31 @@ class RunLifecycle:
         # (iteration, captured state) while the backend's models hold exactly the state at the end
         # of that iteration (None while an update is under way): what a stop may checkpoint
         self._clean: tuple[int, Any] | None = None
-        self.checkpoint_iteration: int | None = None  # iteration of checkpoints/latest
         self.tracker: Tracker | None = None
         self._unpublished: dict[int, dict[str, Any]] = {}  # iteration -> metrics record, not yet sent
         self._training = False  # the RL loop has started (begin_training)
+        self._resumed = False  # resume() restored a checkpoint's trainer state
+        # the records may be rewritten: a fresh start began (fresh_start) or a resume started
+        # training (begin_training); before that a stop or a failure leaves them as they are
+        self._committed = False
+
+    @staticmethod
+    def _resume_point(run: RunDir) -> tuple[Path | None, int | None]:
+        """``(folder, iteration)`` of the newest intact checkpoint of ``run`` ((None, None): none).
+        A newer corrupt one is reported in one line naming its file (:class:`CorruptCheckpointWarning`).
+
+        Raises:
+            CheckpointError: the run holds checkpoints and none is intact."""
+        choice = run.find_checkpoint()
+        if choice.rejected:
+            bad = choice.describe_rejected(run.root)
+            if choice.path is None:
+                raise CheckpointError(f"resume: no intact checkpoint in {run.root / 'checkpoints'}: {bad}. Nothing "
+                                      "was changed; delete the run folder to start over, or start a separate run "
+                                      "with run_id=NAME")
+            warnings.warn(f"resume: {bad}; resuming from {choice.path.relative_to(run.root).as_posix()} "
+                          f"(iteration {choice.iteration})", CorruptCheckpointWarning, stacklevel=3)
+        return choice.path, choice.iteration
 
     @property
     def total(self) -> int:
@@ -135,9 +179,12 @@ class RunLifecycle:
 
     # ------------------------------------------------------------------ start and end
     def start(self) -> None:
-        """Write ``config.yaml`` and ``status.json`` ``running`` (iteration 0)."""
-        atomic_write_text(self.run.config_path, config_to_yaml(self.cfg))
-        self.run.write_status("running", 0, self.total)
+        """Write ``config.yaml`` and ``status.json`` ``running`` (iteration 0). A resume with a
+        checkpoint writes only the status (``running`` at the checkpoint's iteration): the run's
+        ``config.yaml`` is rewritten once the resumed run starts training (:meth:`begin_training`)."""
+        if self.resume_from is None:
+            atomic_write_text(self.run.config_path, config_to_yaml(self.cfg))
+        self.run.write_status("running", self.checkpoint_iteration or 0, self.total)
 
     def write_setup(self, stats: dict[str, Any], t0: float) -> None:
         """``setup.json``: the warm start's figures and the seconds since ``t0`` (nothing when empty)."""
@@ -145,15 +192,29 @@ class RunLifecycle:
             atomic_write_json(self.run.root / "setup.json", {**stats, "setup_seconds": time.time() - t0})
 
     def fresh_start(self) -> None:
-        """No checkpoint to resume: drop what an earlier attempt of this run may have logged before
-        its first checkpoint."""
+        """No checkpoint to resume (the backend starts the run from its beginning): drop what an
+        earlier attempt of this run may have logged before its first checkpoint."""
+        if self.resume_from is not None:  # a backend that cannot use the checkpoint found starts over
+            atomic_write_text(self.run.config_path, config_to_yaml(self.cfg))
+        self.resume_from = self.checkpoint_iteration = None
+        self._committed = True
         self.run.truncate_metrics(0)
 
     def begin_training(self) -> None:
-        """After the resume (or the evaluations before RL): open the trackers and send what is
-        recorded for good and not sent yet (a resumed run's iterations up to its checkpoint), then
-        mark the current state as the clean state of iteration ``start_iteration - 1``."""
-        resumed = self.checkpoint_iteration is not None
+        """After the resume (or the evaluations before RL): a resumed run now rewrites its records
+        (metric lines past the checkpoint dropped, ``eval.json`` and ``config.yaml`` rewritten,
+        ``status.json`` ``running``); then open the trackers and send what is recorded for good and
+        not sent yet (a resumed run's iterations up to its checkpoint), and mark the current state
+        as the clean state of iteration ``start_iteration - 1``."""
+        resumed = self._resumed
+        if resumed:
+            it = int(self.checkpoint_iteration or 0)
+            self.run.truncate_metrics(it)
+            if self.eval_history:
+                self.write_eval()
+            atomic_write_text(self.run.config_path, config_to_yaml(self.cfg))
+            self.run.write_status("running", it, self.total)
+        self._committed = True
         self.tracker = self._open_tracker(fresh=not resumed)
         if resumed:
             for rec in self.run.read_metrics():
@@ -178,8 +239,10 @@ class RunLifecycle:
         return self.run
 
     def fail(self, exc: BaseException) -> None:
-        """``status.json`` ``failed`` with ``exc``; trackers closed as failed."""
-        self.run.write_status("failed", self.start_iteration - 1, self.total, error=f"{type(exc).__name__}: {exc}")
+        """``status.json`` ``failed`` with ``exc`` (its iteration: the last one recorded, or before
+        training started the checkpoint's); trackers closed as failed."""
+        done = self.start_iteration - 1 if self._training else (self.checkpoint_iteration or 0)
+        self.run.write_status("failed", done, self.total, error=f"{type(exc).__name__}: {exc}")
         self._close_tracker("failed")
 
     @contextlib.contextmanager
@@ -200,7 +263,7 @@ class RunLifecycle:
         """Run ``body`` (the backend's whole run) under the signal policy (module docstring).
 
         Raises:
-            g2po_bench.benchmarks.shutdown.Interrupted: stopped by SIGTERM/SIGINT/the preemption
+            g2po_bench.runtime.shutdown.Interrupted: stopped by SIGTERM/SIGINT/the preemption
                 signal (a ``SystemExit`` with status 128 + signal; under Submitit the preemption
                 signal requeues the job instead).
         """
@@ -238,17 +301,18 @@ class RunLifecycle:
         self._publish(it)
 
     def stop_on_signal(self, signum: int) -> str:
-        """After a stop request: keep only checkpointed iterations in ``metrics.jsonl``, write
-        ``status.json`` ``interrupted``, close the trackers; returns the one-line reason (also in
-        the status)."""
+        """After a stop request: keep only checkpointed iterations in ``metrics.jsonl`` (a resume
+        stopped before it started training leaves the records as they are), write ``status.json``
+        ``interrupted``, close the trackers; returns the one-line reason (also in the status)."""
         name = signal.Signals(signum).name
         total = self.total
         in_flight = self.start_iteration
         done = self.checkpoint_iteration
         if done is not None:
-            self.run.truncate_metrics(done)
+            if self._committed:
+                self.run.truncate_metrics(done)
             where = f"resume=true continues from the checkpoint of iteration {done}"
-        else:
+        else:  # no checkpoint: a resume starts the run again, nothing recorded is kept
             self.run.truncate_metrics(0)
             where = "no checkpoint yet: resume=true starts the run again"
         when = (f"during iteration {in_flight} of {total}, which was not recorded" if self._training
@@ -323,13 +387,21 @@ class RunLifecycle:
     def save_checkpoint(self, iteration: int) -> None:
         """Write ``checkpoints/latest`` for ``iteration``: a staging folder filled by the backend's
         writer (plus the tiny model's marker beside its policy, and ``trainer_state.json``), then
-        moved into place atomically."""
+        fsynced, given its manifest, verified and moved into place, the former ``latest`` kept as
+        ``previous`` (:meth:`g2po_bench.core.rundir.RunDir.commit_checkpoint`).
+
+        Raises:
+            g2po_bench.core.errors.CheckpointError: the written checkpoint fails verification (the
+                checkpoints in place are untouched).
+        """
         if self.write_checkpoint is None:
             raise RuntimeError("RunLifecycle.write_checkpoint is not set: the backend must give its writer")
         target = self.run.checkpoint_dir
         staging = target.with_name(f".latest.{os.getpid()}.tmp")
-        if staging.exists():
-            shutil.rmtree(staging)
+        # this process's staging folder, and those of attempts killed while they wrote one (one
+        # process at a time trains a run: the sweeps' claims, a user's single command)
+        for stale in target.parent.glob(".latest.*.tmp"):
+            shutil.rmtree(stale, ignore_errors=True)
         staging.mkdir(parents=True)
         state = self.trainer_state(iteration)
         extra = self.write_checkpoint(staging, iteration, state) or {}
@@ -338,23 +410,21 @@ class RunLifecycle:
             # the tiny model's marker travels with its checkpoints (env.prompt=auto picks its prompt)
             (staging / "policy" / "g2po_tiny.json").write_text(marker.read_text())
         (staging / "trainer_state.json").write_text(json.dumps({**state, **extra}))
-        self.run.replace_dir(staging, target)
+        self.run.commit_checkpoint(staging, iteration)
         self.checkpoint_iteration = iteration
 
     def resume(self, state: dict[str, Any]) -> int:
         """Continue from a checkpoint's trainer state (``iteration``, ``eval_history``,
-        ``train_temperature_evals``, ``elapsed_s``): metric lines past it dropped, ``eval.json``
-        rewritten. Returns the checkpoint's iteration."""
+        ``train_temperature_evals``, ``elapsed_s``). Nothing is written yet: the records follow
+        when the resumed run starts training (:meth:`begin_training`). Returns the checkpoint's
+        iteration."""
         it = int(state["iteration"])
         self.start_iteration = it + 1
         self.checkpoint_iteration = it
         self.eval_history = list(state.get("eval_history", []))
         self.train_temperature_evals = dict(state.get("train_temperature_evals", {}))
         self.metrics_t0 = time.time() - float(state.get("elapsed_s", 0.0))
-        self.run.truncate_metrics(it)
-        if self.eval_history:
-            self.write_eval()
-        self.run.write_status("running", it, self.total)
+        self._resumed = True
         self.log(f"resumed from the checkpoint of iteration {it}")
         return it
 

@@ -30,6 +30,8 @@ Modules (one concept each):
   one function that calls the estimator registry.
 - :mod:`~g2po_bench.analysis.credit.scoring`: correlations, sign agreement, credit mass, CIs,
   paired differences, the oracle and the ceiling.
+- :mod:`~g2po_bench.analysis.credit.replay`: the rollout hooks that continue recorded episodes
+  (prefix replay, per-sample seeds, known ends, the state keys of both rules).
 - :mod:`~g2po_bench.analysis.credit.study`: the phases of a study (rollouts, continuations,
   ground truth, scoring) on a policy and an environment pool.
 - :mod:`~g2po_bench.analysis.credit.record`: ``credit.json`` (write and read).

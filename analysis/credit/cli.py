@@ -30,16 +30,16 @@ from typing import Any
 from g2po_bench.algorithms.backends.common import rl_tasks, training_tasks
 from g2po_bench.algorithms.backends.progress import RunProgress
 from g2po_bench.analysis.credit.record import CREDIT_FILE, study_record, write_record
+from g2po_bench.analysis.credit.replay import ReplayMismatch
 from g2po_bench.analysis.credit.report import ceiling_line, write_study_report
 from g2po_bench.analysis.credit.study import CreditSettings, choose_tasks, run_study
 from g2po_bench.benchmarks.registry import get_benchmark
-from g2po_bench.benchmarks.rollout import ReplayMismatch
-from g2po_bench.benchmarks.toy.policy import ScriptedCorridorPolicy
-from g2po_bench.benchmarks.workers import EnvPool
+from g2po_bench.benchmarks.toy.scripted_policy import ScriptedCorridorPolicy
 from g2po_bench.core.arguments import non_negative_int, positive_int
 from g2po_bench.core.config import ConfigError, config_to_yaml
 from g2po_bench.core.rundir import code_version
 from g2po_bench.runconfig import load_config
+from g2po_bench.runtime.workers import EnvPool
 from g2po_bench.train import check_run_for_eval
 
 __all__ = ["add_credit_arguments", "run_credit_command", "run_bench_command", "POLICIES"]
@@ -123,8 +123,8 @@ def _out_dir(args, cfg, policy_label: str) -> Path:
 def _load_local(cfg, model_dir: Path, batch_tokens: int):
     # lazy: torch and transformers (about 5 s to import), not on the path of help and config errors
     from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
-    from g2po_bench.algorithms.backends.local.policy import LocalPolicy
     from g2po_bench.algorithms.backends.local.precision import compute_dtype
+    from g2po_bench.algorithms.backends.local.transformers_policy import LocalPolicy
 
     model, tok = load_model_and_tokenizer(model_dir, dtype="float32", device=cfg.model.device)
     return LocalPolicy(model, tok, max_prompt_tokens=cfg.train.max_prompt_tokens, max_batch_tokens=batch_tokens,
@@ -186,7 +186,7 @@ def run_study_command(args, console) -> tuple[Path, dict[str, Any]]:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     if args.policy == "toy-scripted":
-        label, policy_rec = "toy-scripted", {"kind": "scripted", "path": "g2po_bench.benchmarks.toy.policy"}
+        label, policy_rec = "toy-scripted", {"kind": "scripted", "path": "g2po_bench.benchmarks.toy.scripted_policy"}
     elif args.run is not None:
         label, policy_rec = "run", {"kind": "run", "path": str(Path(args.run).resolve())}
     elif cfg.model.path is not None:
@@ -215,13 +215,13 @@ def run_study_command(args, console) -> tuple[Path, dict[str, Any]]:
         if cached:  # reused as is: no expert replay, no environment needed
             ws = ensure_warm_start(cfg, None, bench, train_tasks, run_root=out, progress=progress)
         else:
-            with EnvPool(cfg.env.name, cfg.env, cfg.env.num_workers) as pool:  # expert replays recycle workers
+            with EnvPool(bench, cfg.env, cfg.env.num_workers) as pool:  # expert replays recycle workers
                 ws = ensure_warm_start(cfg, pool, bench, train_tasks, run_root=out, progress=progress)
         policy_rec.update({"path": str(ws.model_dir), "warm_start_key": ws.key, "reused": ws.reused})
         policy = _load_local(cfg, ws.model_dir, batch_tokens)
     progress.log(f"policy: {policy_rec['kind']} {policy_rec.get('path', '')}")
     # a study touches G games only: the workers need no recycling
-    with EnvPool(cfg.env.name, cfg.env, cfg.env.num_workers, max_episodes=0) as pool:
+    with EnvPool(bench, cfg.env, cfg.env.num_workers, max_episodes=0) as pool:
         study = run_study(cfg, policy, pool, bench, tasks, settings, progress=progress, values_fn=values_fn)
     t0 = time.perf_counter()
     command = ["g2po", *getattr(args, "argv", ["credit"])]

@@ -1,7 +1,7 @@
 """Exact ground truth on the toy corridor: values by dynamic programming, no Monte Carlo.
 
 For a policy whose response distribution is explicit and depends on the current observation
-only (:class:`g2po_bench.benchmarks.toy.policy.ScriptedCorridorPolicy`), the value of a history
+only (:class:`g2po_bench.benchmarks.toy.scripted_policy.ScriptedCorridorPolicy`), the value of a history
 of the corridor (:mod:`g2po_bench.benchmarks.toy`) is a function of the state
 ``s = (room, observation text, step t, refused actions in a row r)``:
 

@@ -7,9 +7,9 @@ The phases (each timed; :class:`CreditStudy` ``timing``):
    temperature, prompt, step limit, refusal stop), with the state keys of both rules recorded
    on the same rollouts (GiGPO groups by the raw key, G2PO by the reference key);
 2. **continuations**: for every distinct history h_t of the sampled rows, K continuations of
-   the same policy from the replayed prefix (:class:`g2po_bench.benchmarks.rollout.EpisodeStart`;
+   the same policy from the replayed prefix (:class:`g2po_bench.analysis.credit.replay.EpisodeStart`;
    the replayed observations must equal the recorded ones, else
-   :class:`g2po_bench.benchmarks.rollout.ReplayMismatch` names the task and step). Continuations
+   :class:`g2po_bench.analysis.credit.replay.ReplayMismatch` names the task and step). Continuations
    of many prefixes run together in waves of ``wave`` episodes (one policy batch per lock-step
    step; the environment pool's workers are reused), each episode sampled from its own seed
    (``sample_seeds``), so the results do not depend on the waves. Coupling ``"common"``
@@ -50,6 +50,7 @@ from g2po_bench.analysis.credit.groundtruth import (
     ground_truth,
     index_prefixes,
 )
+from g2po_bench.analysis.credit.replay import CreditHooks, EpisodeStart
 from g2po_bench.analysis.credit.scoring import ceiling, group_stats, score_rows, summarize
 from g2po_bench.analysis.credit.variants import (
     MissingInput,
@@ -57,7 +58,7 @@ from g2po_bench.analysis.credit.variants import (
     study_variants,
     variant_advantages,
 )
-from g2po_bench.benchmarks.rollout import EpisodeStart, collect_rollouts
+from g2po_bench.benchmarks.rollout import collect_rollouts
 from g2po_bench.core.batch import StepBatch
 from g2po_bench.core.protocol import STATE_KEY_RULES, Task
 from g2po_bench.core.seeding import mix_seed, text_seed
@@ -186,7 +187,7 @@ def sample_groups(policy, pool, bench, cfg, tasks: Sequence[Task], settings: Cre
     kw = training_rollout_settings(cfg)
     kw["group_size"] = settings.group_size
     return collect_rollouts(policy, pool, bench, list(tasks), seed=settings.seed, on_step=on_step,
-                            key_rules=STATE_KEY_RULES, **kw)
+                            hooks=CreditHooks(bench, key_rules=STATE_KEY_RULES), **kw)
 
 
 def continuation_seed(settings: CreditSettings, task_id: str, actions: Sequence[str], k: int) -> int:
@@ -244,11 +245,12 @@ def run_continuations(policy, pool, bench, cfg, tasks: Sequence[Task], rows: Stu
             # only after the continuation's own first action (the pooled estimate needs it)
             return len(actions) > pre[i].step and (pre[i].task_index, chunk[i][1], actions) in known
 
-        rb = collect_rollouts(
-            policy, pool, bench, [tasks[x.task_index] for x in pre], seed=settings.seed,
-            starts=[EpisodeStart(x.actions, x.observations, x.valid) for x in pre],
+        hooks = CreditHooks(
+            bench, starts=[EpisodeStart(x.actions, x.observations, x.valid) for x in pre],
             sample_seeds=[continuation_seed(settings, tasks[x.task_index].task_id, x.actions, k)
-                          for x, (_, k) in zip(pre, chunk)], known_end=known_end if merge else None, **kw)
+                          for x, (_, k) in zip(pre, chunk)], known_end=known_end if merge else None)
+        rb = collect_rollouts(policy, pool, bench, [tasks[x.task_index] for x in pre], seed=settings.seed,
+                              hooks=hooks, **kw)
         for key, src in (("resets", "reset_s"), ("replays", "replay_s"), ("generation", "generate_s"),
                          ("env_steps", "step_s")):
             timing[key] += rb.timing.get(src, 0.0)
@@ -305,6 +307,98 @@ def _pairs(variants: Sequence[Variant]) -> list[tuple[str, str]]:
     return pairs
 
 
+def _monte_carlo_phase(policy, pool, bench, cfg, tasks: Sequence[Task], rows: StudyRows, settings: CreditSettings,
+                       progress: RunProgress, timing: dict[str, float]) -> tuple[GroundTruth | None, int]:
+    """The continuations and their Monte-Carlo ground truth: (ground truth or None without
+    continuations, continuations joined to an earlier one); adds the phases' seconds to ``timing``."""
+    if not settings.continuations:
+        return None, 0
+    total = len(rows.prefixes) * settings.continuations
+    t0 = time.perf_counter()
+    with progress.phase(f"continuations: {len(rows.prefixes)} prefixes x {settings.continuations}", total=total,
+                        key="continuations") as h:
+        cont, ctime = run_continuations(policy, pool, bench, cfg, tasks, rows, settings,
+                                        on_wave=lambda d, t: h.update(d, "episodes"))
+    timing["continuations"] = time.perf_counter() - t0
+    timing.update(ctime)
+    t0 = time.perf_counter()
+    mc = ground_truth(rows, cont, gamma=cfg.algorithm.gamma)
+    timing["ground_truth"] = time.perf_counter() - t0
+    merged = int(cont.merged.sum()) if cont.merged is not None else 0
+    progress.log(f"continuations: {total} episodes in {timing['continuations']:.1f} s (generation "
+                 f"{ctime['generation']:.1f}, replays {ctime['replays']:.1f}, resets {ctime['resets']:.1f}, "
+                 f"environment steps {ctime['env_steps']:.1f}); {merged} joined an earlier one with the same "
+                 f"history and seed; {mc.crashed} crashed")
+    return mc, merged
+
+
+def _exact_phase(policy, bench, cfg, tasks: Sequence[Task], rows: StudyRows, settings: CreditSettings,
+                 progress: RunProgress, timing: dict[str, float], mc: GroundTruth | None,
+                 no_truth: np.ndarray) -> tuple[GroundTruth, dict[str, float] | None, dict[str, Any] | None]:
+    """Exact mode: (exact ground truth, its agreement with the Monte-Carlo one, the Monte-Carlo
+    ceiling per target); the last two None without continuations.
+
+    Raises:
+        ValueError: the environment is not the toy corridor.
+    """
+    if cfg.env.name != "toy":
+        raise ValueError(f"exact mode needs the toy corridor (env.name=toy), not {cfg.env.name}")
+    t0 = time.perf_counter()
+    truth = exact_ground_truth(rows, tasks, policy, bench, max_steps=cfg.env.max_steps,
+                               stop_after_refusals=cfg.env.stop_after_refusals, gamma=cfg.algorithm.gamma,
+                               history_length=cfg.env.history_length, prompt_style=cfg.env.prompt)
+    timing["exact"] = time.perf_counter() - t0
+    if mc is None:
+        return truth, None, None
+    agreement = _agreement(truth, mc, ~no_truth)
+    mc_ceiling = {}
+    for target in TARGETS:
+        halves = np.where(no_truth[None, :], np.nan, mc.halves[target])
+        gs = group_stats(halves[0], halves[1], rows.group_id, decisive=settings.decisive)
+        mc_ceiling[target] = ceiling(summarize(gs, n_boot=settings.n_boot, seed=settings.seed,
+                                               confidence=settings.confidence))
+    progress.log(f"exact mode: the Monte-Carlo A* lies within its 95 % CI of the exact A* on "
+                 f"{agreement['within_ci']:.1%} of {agreement['rows']} rows (mean z {agreement['mean_z']:+.2f})")
+    return truth, agreement, mc_ceiling
+
+
+def _scoring_phase(cfg, rb, truth: GroundTruth, no_truth: np.ndarray, settings: CreditSettings,
+                   values_fn: Callable[[Any], np.ndarray] | None
+                   ) -> tuple[list[Variant], dict[str, np.ndarray], dict[str, str], dict[str, Any]]:
+    """Every variant's advantages on the sampled steps, scored against ``truth``: (scored variants,
+    advantages, variants skipped with the reason, target -> scores)."""
+    variants = study_variants()
+    a = cfg.algorithm
+    common = {"mode": a.mode, "gamma": a.gamma, "step_weight": a.step_weight,
+              "invalid_penalty": a.invalid_penalty, "success_reward": a.success_reward}
+    st = rb.steps
+    batches = {rule: StepBatch(group_id=st.group_id, traj_id=st.traj_id, step=st.step,
+                               state_key=rb.state_keys_by_rule(rule), reward=st.reward, success=st.success,
+                               action_valid=st.action_valid) for rule in STATE_KEY_RULES}
+    inputs = {"values": values_fn(rb) if values_fn is not None else None,
+              "state_texts": rb.state_texts_by_rule,
+              "next_state_key": {rule: rb.next_state_keys_by_rule(rule) for rule in rb.next_state_texts_by_rule},
+              "entropies": rb.entropies if len(rb.entropies) == len(st) else None,
+              "action_texts": rb.actions if len(rb.actions) == len(st) else None}
+    advantages: dict[str, np.ndarray] = {}
+    skipped: dict[str, str] = {}
+    for v in variants:
+        try:
+            advantages[v.name] = variant_advantages(v, batches, common, inputs)
+        except MissingInput as exc:
+            skipped[v.name] = str(exc)
+    scored = [v for v in variants if v.name in advantages]
+    pairs = _pairs(scored)
+    scores = {}
+    for target in TARGETS:
+        y = np.where(no_truth, np.nan, truth.target(target))
+        halves = np.where(no_truth[None, :], np.nan, truth.halves[target])
+        scores[target] = score_rows(advantages, y, halves, st.group_id, decisive=settings.decisive,
+                                    n_boot=settings.n_boot, seed=settings.seed,
+                                    confidence=settings.confidence, pairs=pairs)
+    return scored, advantages, skipped, scores
+
+
 def run_study(cfg, policy, pool, bench, tasks: Sequence[Task], settings: CreditSettings, *, progress=None,
               values_fn: Callable[[Any], np.ndarray] | None = None) -> CreditStudy:
     """Run the phases of the module docstring.
@@ -341,77 +435,16 @@ def run_study(cfg, policy, pool, bench, tasks: Sequence[Task], settings: CreditS
     no_truth = np.isin(rows.traj_id, list(crashed_traj))
     progress.log(f"rollouts: {len(rb.steps)} step rows, success {rb.success_rate:.1%}, "
                  f"{len(rows.prefixes)} distinct prefixes ({timing['rollouts']:.1f} s)")
-    mc = None
-    merged = 0
-    if settings.continuations:
-        total = len(rows.prefixes) * settings.continuations
-        t0 = time.perf_counter()
-        with progress.phase(f"continuations: {len(rows.prefixes)} prefixes x {settings.continuations}", total=total,
-                            key="continuations") as h:
-            cont, ctime = run_continuations(policy, pool, bench, cfg, tasks, rows, settings,
-                                            on_wave=lambda d, t: h.update(d, "episodes"))
-        timing["continuations"] = time.perf_counter() - t0
-        timing.update(ctime)
-        t0 = time.perf_counter()
-        mc = ground_truth(rows, cont, gamma=cfg.algorithm.gamma)
-        timing["ground_truth"] = time.perf_counter() - t0
-        merged = int(cont.merged.sum()) if cont.merged is not None else 0
-        progress.log(f"continuations: {total} episodes in {timing['continuations']:.1f} s (generation "
-                     f"{ctime['generation']:.1f}, replays {ctime['replays']:.1f}, resets {ctime['resets']:.1f}, "
-                     f"environment steps {ctime['env_steps']:.1f}); {merged} joined an earlier one with the same "
-                     f"history and seed; {mc.crashed} crashed")
+    mc, merged = _monte_carlo_phase(policy, pool, bench, cfg, tasks, rows, settings, progress, timing)
     truth = mc
     agreement = mc_ceiling = None
     if settings.exact:
-        if cfg.env.name != "toy":
-            raise ValueError(f"exact mode needs the toy corridor (env.name=toy), not {cfg.env.name}")
-        t0 = time.perf_counter()
-        truth = exact_ground_truth(rows, tasks, policy, bench, max_steps=cfg.env.max_steps,
-                                   stop_after_refusals=cfg.env.stop_after_refusals, gamma=cfg.algorithm.gamma,
-                                   history_length=cfg.env.history_length, prompt_style=cfg.env.prompt)
-        timing["exact"] = time.perf_counter() - t0
-        if mc is not None:
-            agreement = _agreement(truth, mc, ~no_truth)
-            mc_ceiling = {}
-            for target in TARGETS:
-                halves = np.where(no_truth[None, :], np.nan, mc.halves[target])
-                gs = group_stats(halves[0], halves[1], rows.group_id, decisive=settings.decisive)
-                mc_ceiling[target] = ceiling(summarize(gs, n_boot=settings.n_boot, seed=settings.seed,
-                                                       confidence=settings.confidence))
-            progress.log(f"exact mode: the Monte-Carlo A* lies within its 95 % CI of the exact A* on "
-                         f"{agreement['within_ci']:.1%} of {agreement['rows']} rows (mean z {agreement['mean_z']:+.2f})")
+        truth, agreement, mc_ceiling = _exact_phase(policy, bench, cfg, tasks, rows, settings, progress, timing, mc,
+                                                    no_truth)
     assert truth is not None
     t0 = time.perf_counter()
     with progress.phase("scoring", key="scoring"):
-        variants = study_variants()
-        a = cfg.algorithm
-        common = {"mode": a.mode, "gamma": a.gamma, "step_weight": a.step_weight,
-                  "invalid_penalty": a.invalid_penalty, "success_reward": a.success_reward}
-        st = rb.steps
-        batches = {rule: StepBatch(group_id=st.group_id, traj_id=st.traj_id, step=st.step,
-                                   state_key=rb.state_keys_by_rule(rule), reward=st.reward, success=st.success,
-                                   action_valid=st.action_valid) for rule in STATE_KEY_RULES}
-        inputs = {"values": values_fn(rb) if values_fn is not None else None,
-                  "state_texts": rb.state_texts_by_rule,
-                  "next_state_key": {rule: rb.next_state_keys_by_rule(rule) for rule in rb.next_state_texts_by_rule},
-                  "entropies": rb.entropies if len(rb.entropies) == len(st) else None,
-                  "action_texts": rb.actions if len(rb.actions) == len(st) else None}
-        advantages: dict[str, np.ndarray] = {}
-        skipped: dict[str, str] = {}
-        for v in variants:
-            try:
-                advantages[v.name] = variant_advantages(v, batches, common, inputs)
-            except MissingInput as exc:
-                skipped[v.name] = str(exc)
-        scored = [v for v in variants if v.name in advantages]
-        pairs = _pairs(scored)
-        scores = {}
-        for target in TARGETS:
-            y = np.where(no_truth, np.nan, truth.target(target))
-            halves = np.where(no_truth[None, :], np.nan, truth.halves[target])
-            scores[target] = score_rows(advantages, y, halves, st.group_id, decisive=settings.decisive,
-                                        n_boot=settings.n_boot, seed=settings.seed,
-                                        confidence=settings.confidence, pairs=pairs)
+        scored, advantages, skipped, scores = _scoring_phase(cfg, rb, truth, no_truth, settings, values_fn)
     timing["scoring"] = time.perf_counter() - t0
     if skipped:
         progress.log("not scored: " + "; ".join(skipped.values()))

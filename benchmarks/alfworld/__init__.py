@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from g2po_bench.benchmarks.alfworld import engine
-from g2po_bench.benchmarks.alfworld.bench import main as speed_benchmark_main
 from g2po_bench.benchmarks.alfworld.download import EXPECTED_SPLITS, download_alfworld
 from g2po_bench.benchmarks.alfworld.env import AlfworldEnv
 from g2po_bench.benchmarks.alfworld.games import (
@@ -35,6 +34,7 @@ from g2po_bench.benchmarks.alfworld.games import (
 )
 from g2po_bench.benchmarks.alfworld.generate import ensure_generated, generate_games
 from g2po_bench.benchmarks.alfworld.prompt import build_prompt, expert_response, plan_sentence
+from g2po_bench.benchmarks.alfworld.speed import main as speed_benchmark_main
 from g2po_bench.benchmarks.alfworld.state_keys import ObservationKeys
 from g2po_bench.benchmarks.base import Benchmark
 from g2po_bench.benchmarks.loading import check_split_count, require_at_least
@@ -284,6 +284,7 @@ class AlfworldBenchmark(Benchmark):
     task_types = TASK_TYPES
     projection = PROJECTION
     prompt_styles = ("reference", "compact")
+    reference_max_steps = 50  # the papers' step limit (the GPU presets' env.max_steps)
     agent_intro = (
         'You are an expert agent operating in the ALFRED Embodied Environment, a text-based '
         'household. You solve a task by interacting with the environment one step at a time; the '

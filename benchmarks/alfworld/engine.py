@@ -12,7 +12,7 @@ environment cycle through them; a rollout engine needs to reset to a *chosen* ga
 we hold the same wrappers around one ``PddlEnv`` and call ``load(game_file)`` when the game
 changes (``shuffle=False`` = the evaluation setting: objects are numbered in sorted-id order).
 
-Speed (CPU time on a 2-core machine; ``python -m g2po_bench.benchmarks.alfworld.bench``): the unmodified
+Speed (CPU time on a 2-core machine; ``python -m g2po_bench.benchmarks.alfworld.speed``): the unmodified
 engine spends ~0.9 s per ``reset`` of an official kitchen in fast-downward's PDDL-to-SAS
 translation (run twice per reset) and ~60 ms per random ``step``, mostly re-parsing grammar
 snippets and conditions with TatSu and deep-copying derivation contexts. With
@@ -600,7 +600,7 @@ def mapped_downward_libs() -> int:
 def preload_worker_modules() -> None:
     """Import textworld and alfworld and install :func:`install_caches` in this process.
 
-    :class:`g2po_bench.benchmarks.workers.EnvPool` calls it before it forks its environment workers: a
+    :class:`g2po_bench.runtime.workers.EnvPool` calls it before it forks its environment workers: a
     forked worker then starts with the modules loaded instead of importing them itself, which
     took about 1.3 of the 1.8 s of a fresh worker's first reset, and a worker recycled every
     ``env.worker_max_episodes`` episodes paid it again each time.

@@ -103,8 +103,8 @@ from g2po_bench.benchmarks.alfworld.games import (
     TASK_TYPES,
     TRAJ_FILE,
 )
-from g2po_bench.benchmarks.shutdown import check_stop, die_with_parent
 from g2po_bench.core.protocol import Task
+from g2po_bench.runtime.shutdown import check_stop, die_with_parent
 
 __all__ = [
     "GENERATOR_VERSION",
@@ -647,7 +647,7 @@ def generate_games(
     results: list[tuple[int, str, float, int, float]] = []
     bar = _progress(len(jobs), f"generating ALFWorld {split}", progress)
     t0 = time.perf_counter()
-    # a stop request (g2po_bench.benchmarks.shutdown: a trainer's SIGINT/SIGTERM) ends generation between
+    # a stop request (g2po_bench.runtime.shutdown: a trainer's SIGINT/SIGTERM) ends generation between
     # games; the caller's staging folder is removed and the run says "interrupted"
     if n_workers == 1:
         for job in jobs:
@@ -719,7 +719,7 @@ def _warm_up(scenes: str) -> None:
 def _pool(n_workers: int) -> ProcessPoolExecutor:
     """A pool of ``n_workers`` processes that die with this one (:func:`die_with_parent`: a
     trainer killed with SIGKILL leaves no worker behind, blocked on the task queue). Their signal
-    dispositions are this process's (the fork hook of :mod:`g2po_bench.benchmarks.shutdown` gives them
+    dispositions are this process's (the fork hook of :mod:`g2po_bench.runtime.shutdown` gives them
     the defaults in place of the trainer's handlers): a signal to the whole process group ends
     them, and the trainer's own stop request ends generation (``generate_games``)."""
     return ProcessPoolExecutor(max_workers=n_workers, mp_context=_mp_context(), initializer=die_with_parent,

@@ -140,7 +140,7 @@ def make_state_key(kind: str | Callable[[], StateKeyRule]) -> StateKeyRule:
 
 class ObservationKeys:
     """A key rule fed with whole :class:`~g2po_bench.core.protocol.Observation` objects (the
-    rollout engine's ``key_rules``, :func:`g2po_bench.benchmarks.alfworld.make_state_key_rule`):
+    ``key_rules`` of the credit instrument's rollout hooks, :func:`g2po_bench.benchmarks.alfworld.make_state_key_rule`):
     ``reset(obs)`` / ``update(obs)`` give the key of ``rule`` for the observation's text and
     admissible actions, the same text :class:`~g2po_bench.benchmarks.alfworld.env.AlfworldEnv`
     keys with that rule.

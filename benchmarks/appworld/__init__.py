@@ -169,6 +169,7 @@ class AppWorldBenchmark(Benchmark):
     task_types = TASK_TYPES
     projection = "appworld"
     action_tag = "code"
+    reference_max_steps = 30  # the papers' step limit (the GPU presets' env.max_steps)
     agent_intro = (
         "You are a super intelligent AI assistant who achieves your supervisor's day-to-day tasks "
         'autonomously by writing Python code that runs in a REPL, one code cell at a time; the '

@@ -29,7 +29,7 @@ Protocol (reference: verl-agent / G2PO ``env_package/appworld/envs.py`` ``AppWor
   e.g. a catastrophic regular expression the alarm signal cannot interrupt) or that kills the
   server process ends the episode as failed (``info["crashed"]``); the server is killed and a
   fresh one is started at the next reset. This is the suite's rule for crashing
-  environments (:mod:`g2po_bench.benchmarks.workers`), stricter than the reference, whose environment
+  environments (:mod:`g2po_bench.runtime.workers`), stricter than the reference, whose environment
   servers are restarted by hand.
 """
 

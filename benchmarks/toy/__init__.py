@@ -5,7 +5,7 @@ last room. Actions: ``go east``, ``go west``, ``look``. Anything else gets "Noth
 (an unknown command, as in ALFWorld). Observations recur across trajectories, so the
 state-key graph has shared nodes and self-loops like the real benchmarks.
 
-:mod:`g2po_bench.benchmarks.toy.policy` holds a scripted stochastic policy with explicit action
+:mod:`g2po_bench.benchmarks.toy.scripted_policy` holds a scripted stochastic policy with explicit action
 probabilities (the exact mode of the credit instrument computes values from them).
 """
 

@@ -9,7 +9,7 @@ loaders), :mod:`~g2po_bench.benchmarks.webshop.goals` (goals, prices, shuffle, s
 purchase reward), :mod:`~g2po_bench.benchmarks.webshop.env` (the environment),
 :mod:`~g2po_bench.benchmarks.webshop.prompt` (prompt, expert responses), :mod:`~g2po_bench.benchmarks.webshop.expert`
 (scripted expert), :mod:`~g2po_bench.benchmarks.webshop.synthetic` (embedded default catalogue),
-:mod:`~g2po_bench.benchmarks.webshop.download` (user data download), :mod:`~g2po_bench.benchmarks.webshop.bench`.
+:mod:`~g2po_bench.benchmarks.webshop.download` (user data download), :mod:`~g2po_bench.benchmarks.webshop.speed`.
 
 Splits (``env.train_split`` / ``env.eval_split``; :mod:`~g2po_bench.benchmarks.webshop.goals`):
 ``test`` = shuffled goals 0-499, ``eval`` = 500-1499, ``train`` = 1500+, ``trainval`` =
@@ -24,7 +24,6 @@ eval = the next as many, train = the next ``env.generated_train_games``).
 from __future__ import annotations
 
 from g2po_bench.benchmarks.base import Benchmark
-from g2po_bench.benchmarks.webshop.bench import main as speed_benchmark_main
 from g2po_bench.benchmarks.webshop.catalog import (
     Catalog,
     DataSource,
@@ -42,6 +41,7 @@ from g2po_bench.benchmarks.webshop.prompt import (
     expert_response,
     format_observation,
 )
+from g2po_bench.benchmarks.webshop.speed import main as speed_benchmark_main
 from g2po_bench.benchmarks.webshop.tasks import (
     PROJECTION,
     TASK_TYPES,
@@ -99,6 +99,7 @@ class WebShopBenchmark(Benchmark):
     task_types = TASK_TYPES
     projection = PROJECTION
     prompt_styles = PROMPT_STYLES  # reference (the default, real models) and compact (the tiny CPU model)
+    reference_max_steps = 15  # the papers' step limit (the GPU presets' env.max_steps)
     agent_intro = (
         'You are an expert autonomous agent operating in the WebShop e-commerce environment. You '
         'buy the product that matches an instruction by searching and clicking: search[<query>] on '

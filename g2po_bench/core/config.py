@@ -45,14 +45,21 @@ __all__ = [
     "config_to_yaml",
     "config_hash",
     "resolve_run_id",
+    "resolve_device",
+    "expand_shorthands",
     "require",
+    "COMMON_ALGORITHM_KEYS",
+    "SECTION_SHORTHANDS",
     "LOSS_AGG_MODES",
     "NON_SEMANTIC_KEYS",
     "TRACKER_BACKENDS",
+    "RESUME_MUTABLE_KEYS",
+    "read_recorded_config",
+    "resume_differences",
 ]
 
 RL_TASK_POOLS = ("all", "without_demos")  # train.rl_tasks
-# estimator inputs (algorithms/registry.py INPUTS) that backend=openrlhf cannot supply
+# estimator inputs (algorithms/registry/spec.py INPUTS) that backend=openrlhf cannot supply
 OPENRLHF_LACKS = ("entropies",)
 OLD_LOGPROBS = ("auto", "recompute", "sampler")  # train.old_logprobs
 #: train.loss_agg_mode: how a loss is aggregated over tokens and samples (verl core_algos agg_loss)
@@ -62,7 +69,12 @@ MINI_BATCH_RULES = ("fixed", "balanced")
 #: train.mini_batch_split: a rule, or "auto" (resolved when the config is loaded: balanced for
 #: backend=local, fixed for backend=openrlhf, which cuts its own mini-batches)
 MINI_BATCH_SPLITS = ("auto", *MINI_BATCH_RULES)
-
+#: the keys of ``algorithm`` that every estimator receives (the registry's common options): each has
+#: one spelling, ``algorithm.<key>``; the same name under ``algorithm.options`` is refused
+COMMON_ALGORITHM_KEYS = ("mode", "gamma", "step_weight", "invalid_penalty", "success_reward")
+#: ``section=VALUE`` on the command line means the section's main key (the prompting baselines'
+#: shorthands, for every command): ``env=webshop`` is ``env.name=webshop``
+SECTION_SHORTHANDS = {"env": "env.name", "algorithm": "algorithm.name", "model": "model.path"}
 
 
 class ConfigError(ValueError):
@@ -102,7 +114,7 @@ class EnvConfig:
     num_workers: int = 0  # 0 = one per CPU this process may use (affinity, SLURM, cgroup quota)
     # recycle an environment worker process after it started this many episodes (0 = never);
     # bounds whatever memory an environment library keeps per game beyond what the benchmark
-    # bounds itself (benchmarks/workers.py; ALFWorld's engine drops each game's interned facts and
+    # bounds itself (g2po_bench/runtime/workers.py; ALFWorld's engine drops each game's interned facts and
     # keeps ~16 games' translations, benchmarks/alfworld/engine.py "Memory"). The CPU proxy's 2
     # workers start 64 episodes each per iteration on 16 games: 1024 recycles every 16 iterations
     # (a recycle costs ~2.5 s of process start-up); the GPU presets, with many more workers, keep 256
@@ -197,7 +209,7 @@ class ModelConfig:
     item_tokens: bool = False
     dtype: str = "float32"  # "float32" | "bfloat16"
     device: str = "auto"  # "auto" | "cpu" | "cuda"
-    # torch intra-op threads on a CPU: 0 = every CPU this process may use (g2po_bench.benchmarks.cpus.usable_cpus:
+    # torch intra-op threads on a CPU: 0 = every CPU this process may use (g2po_bench.runtime.cpus.usable_cpus:
     # affinity, SLURM_CPUS_PER_TASK / a sweep job's resources.cpus, cgroup quota). The model and the
     # environment workers take turns, so the model can use every core: on 2 idle cores an RL
     # iteration of the CPU default takes 10 s with 2 threads and 15 s with 1 (docs/cpu-proxy.md).
@@ -364,6 +376,20 @@ class RunConfig:
 
 
 # ---------------------------------------------------------------------------- loading
+def expand_shorthands(overrides: list[str] | None) -> list[str]:
+    """``env=NAME``, ``algorithm=NAME`` and ``model=PATH`` as ``env.name=NAME``, ``algorithm.name=NAME``
+    and ``model.path=PATH`` (:data:`SECTION_SHORTHANDS`); every other override, and a section given
+    a mapping (``env={name: toy}``), unchanged. Items without ``=`` are left for the caller to refuse."""
+    out = []
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        full = SECTION_SHORTHANDS.get(key.strip())
+        if sep and full and not value.strip().startswith(("{", "[")):
+            item = f"{full}={value}"
+        out.append(item)
+    return out
+
+
 def _str_field(dotted: str) -> bool:
     """True when ``dotted`` (e.g. ``"run_id"``, ``"model.path"``) is a ``str`` (or ``str | None``)
     field of :class:`RunConfig`; False for other types and unknown keys."""
@@ -410,8 +436,11 @@ def parse_config(
     overrides: list[str] | None = None,
     *,
     preset_file: str | Path | None = None,
+    check_paths: bool = True,
+    base_file: str | Path | None = None,
 ) -> RunConfig:
-    """A RunConfig checked against the schema: dataclass defaults < preset < YAML file < overrides.
+    """A RunConfig checked against the schema: dataclass defaults < base file < preset < YAML file <
+    overrides.
 
     Only what the schema alone can check is checked here (:func:`validate_config`); the suite's
     entry point :func:`g2po_bench.runconfig.load_config` adds the benchmark's and the estimator's
@@ -421,6 +450,10 @@ def parse_config(
         config_file: a YAML file with any subset of the keys.
         overrides: dotted ``key=value`` strings, e.g. ``["algorithm.name=gigpo", "seed=3"]``.
         preset_file: a preset YAML file (a benchmark's ``presets/<name>.yaml``).
+        check_paths: False skips the checks that ``model.path`` and ``env.data_dir`` exist (a
+            sweep's dry run plans with placeholders for folders not given yet).
+        base_file: a YAML file under every other layer: the recorded ``config.yaml`` of the run a
+            resume continues (:func:`g2po_bench.train.load_train_config`).
 
     Raises:
         ConfigError: unknown key, wrong type, bad value, missing or unreadable file.
@@ -428,7 +461,7 @@ def parse_config(
     base = OmegaConf.structured(RunConfig)
     layers: list[DictConfig] = []
     try:
-        for path in (preset_file, config_file):
+        for path in (base_file, preset_file, config_file):
             if path is not None:
                 layers.append(_read_yaml(Path(path)))
         for item in overrides or []:
@@ -436,6 +469,7 @@ def parse_config(
                 raise ConfigError(
                     f"override {item!r} is not of the form key=value (e.g. algorithm.name=gigpo)"
                 )
+        overrides = expand_shorthands(overrides)
         if overrides:
             layers.append(_dotlist_layer(list(overrides)))
         merged = OmegaConf.merge(base, *layers)
@@ -459,7 +493,7 @@ def parse_config(
     resolve_logprob_source(cfg)
     # jsonl is always on: the saved config says so whatever the list held
     cfg.logging.backends = ["jsonl", *dict.fromkeys(b for b in cfg.logging.backends if b != "jsonl")]
-    validate_config(cfg)
+    validate_config(cfg, check_paths=check_paths)
     return cfg
 
 
@@ -518,11 +552,12 @@ def require(cond: bool, key: str, msg: str) -> None:
         raise ConfigError(f"bad value for config key {key!r}: {msg}")
 
 
-def validate_config(cfg: RunConfig) -> None:
+def validate_config(cfg: RunConfig, *, check_paths: bool = True) -> None:
     """Range and choice checks that need nothing but the schema. Raises ConfigError.
 
     A benchmark checks its own settings (``env.webshop_*``, ``env.appworld_*``, task types, ...)
-    and an estimator its options; :func:`g2po_bench.runconfig.load_config` runs those too."""
+    and an estimator its options; :func:`g2po_bench.runconfig.load_config` runs those too.
+    ``check_paths`` False leaves out the checks that ``env.data_dir`` and ``model.path`` exist."""
     need = require
     need(cfg.env.state_key in ("auto", "reference", "raw"), "env.state_key", "choose auto, reference or raw")
     need(cfg.env.max_steps >= 1, "env.max_steps", "must be >= 1")
@@ -534,8 +569,15 @@ def validate_config(cfg: RunConfig) -> None:
     need(cfg.env.num_workers >= 0, "env.num_workers", "must be >= 0 (0 = one per usable CPU)")
     need(cfg.env.worker_max_episodes >= 0, "env.worker_max_episodes", "must be >= 0 (0 = never recycle)")
     need(cfg.env.prompt in ("auto", "reference", "compact"), "env.prompt", "choose auto, reference or compact")
-    if cfg.env.data_dir is not None:
+    if cfg.env.data_dir is not None and check_paths:
         need(Path(cfg.env.data_dir).exists(), "env.data_dir", f"folder {cfg.env.data_dir!r} does not exist")
+    for key in COMMON_ALGORITHM_KEYS:
+        if key in cfg.algorithm.options:
+            value = cfg.algorithm.options[key]
+            raise ConfigError(
+                f"bad value for config key 'algorithm.options.{key}': {key} is a setting of every estimator, "
+                f"written algorithm.{key}; use algorithm.{key}={_override_text(value)} instead (algorithm.options "
+                "holds an estimator's own options: `g2po algorithms` lists them)")
     need(cfg.algorithm.mode in ("mean_std_norm", "mean_norm"), "algorithm.mode", "choose mean_std_norm or mean_norm")
     need(0.0 <= cfg.algorithm.gamma <= 1.0, "algorithm.gamma", "must be in [0, 1]")
     need(cfg.algorithm.invalid_penalty >= 0, "algorithm.invalid_penalty", "must be >= 0")
@@ -543,7 +585,7 @@ def validate_config(cfg: RunConfig) -> None:
     need(cfg.model.dtype in ("float32", "bfloat16"), "model.dtype", "choose float32 or bfloat16")
     need(cfg.model.device in ("auto", "cpu", "cuda"), "model.device", "choose auto, cpu or cuda")
     need(cfg.model.num_threads >= 0, "model.num_threads", "must be >= 0 (0 = every usable CPU)")
-    if cfg.model.path is not None:
+    if cfg.model.path is not None and check_paths:
         need(Path(cfg.model.path).is_dir(), "model.path", f"folder {cfg.model.path!r} does not exist")
         need(not cfg.model.item_tokens, "model.item_tokens",
              "builds the tiny model's tokenizer (model.path unset); a model folder keeps its own tokenizer")
@@ -610,6 +652,13 @@ def validate_config(cfg: RunConfig) -> None:
         raise ConfigError(f"bad value for config key 'logging.backends': {exc}") from None
 
 
+def _override_text(value: Any) -> str:
+    """``value`` as the right-hand side of a ``key=value`` override."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "null" if value is None else str(value)
+
+
 def config_to_dict(cfg: RunConfig) -> dict[str, Any]:
     """Plain dict of the config (JSON/YAML-serialisable)."""
     return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)  # type: ignore[return-value]
@@ -640,10 +689,93 @@ HASH_NEUTRAL_DEFAULTS: dict[str, Any] = {
 }
 
 
-def config_hash(cfg: RunConfig, length: int = 10) -> str:
+#: what a resume may change (``resume=true``; docs/run-folder.md "Resuming a run"): where the run
+#: folder is and how it is found, the display and the trackers, the iterations (to extend a run),
+#: how often a checkpoint is written, how often a crashed-heavy iteration is retried, the
+#: environment worker processes and the torch threads. A dotted key covers its section. Any other
+#: key is what the run is (environment, estimator, model, data, seed, training and evaluation
+#: settings): a resume continues the recorded value, and a different one is refused.
+RESUME_MUTABLE_KEYS = (
+    "run_id", "output_dir", "resume", "progress", "record_graphs", "logging",
+    "train.iterations", "train.checkpoint_every", "train.crash_retries",
+    "env.num_workers", "env.worker_max_episodes", "model.num_threads",
+)
+
+
+def read_recorded_config(path: str | Path) -> dict[str, Any]:
+    """A recorded ``config.yaml`` as a plain dict over the schema's defaults (a key added since it
+    was written holds its default), without the checks of :func:`validate_config` (the folders it
+    names may have moved since).
+
+    Raises:
+        ConfigError: the file is missing, not YAML, or holds a key the schema does not know.
+    """
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(RunConfig), _read_yaml(Path(path)))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"recorded config {str(path)!r}: {_omegaconf_message(exc)}") from None
+    return OmegaConf.to_container(merged, resolve=True)  # type: ignore[return-value]
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def resume_differences(recorded: dict[str, Any], cfg: RunConfig) -> list[tuple[str, Any, Any]]:
+    """The keys where ``cfg`` differs from a run's recorded config and a resume may not change
+    them (not under :data:`RESUME_MUTABLE_KEYS`).
+
+    Args:
+        recorded: the run's ``config.yaml`` (:func:`read_recorded_config`).
+        cfg: the config the resume was asked to run.
+
+    Returns:
+        ``[(dotted key, value in cfg, recorded value), ...]`` sorted by key; empty when the resume
+        continues the recorded config.
+    """
+    old, new = _flatten(recorded), _flatten(config_to_dict(cfg))
+    mutable = tuple(RESUME_MUTABLE_KEYS)
+    out = []
+    for key in sorted(set(old) | set(new)):
+        if any(key == m or key.startswith(m + ".") for m in mutable):
+            continue
+        if old.get(key) != new.get(key):
+            out.append((key, new.get(key), old.get(key)))
+    return out
+
+
+def resolve_device(device: str) -> str:
+    """What ``model.device`` means on this machine: ``"auto"`` is ``"cuda"`` when torch sees a
+    CUDA device, else ``"cpu"``; ``"cpu"`` and ``"cuda"`` stay as they are (the trainer's rule,
+    ``algorithms/backends/local/model.py`` ``resolve_device``). Imports torch only for ``"auto"``."""
+    if device != "auto":
+        return device
+    try:
+        # lazy: torch takes seconds to import; only a run id of a config with device auto needs it
+        import torch
+    except ImportError:  # no torch: nothing can run on a GPU here
+        return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def config_hash(cfg: RunConfig, length: int = 10, *, device: str | None = None) -> str:
     """Stable hash of the result-relevant part of the config (ignores run_id, resume, progress,
     output_dir, record_graphs, logging, and the keys of :data:`HASH_NEUTRAL_DEFAULTS` at their
-    default); two configs with the same hash produce the same run."""
+    default); two configs with the same hash produce the same run.
+
+    ``model.device=auto`` enters the hash as the device it means: ``device`` (``"cpu"`` or
+    ``"cuda"``, what the caller knows the run gets, e.g. a sweep job's resources) or, when None,
+    :func:`resolve_device` on this machine. So a config with ``auto`` and the same config with
+    the device it resolves to name the same run (a plain ``g2po train`` on a CPU machine is the
+    committed ``cpu_proxy`` run, recorded with ``model.device=cpu``), and one config trained on a
+    CPU and on a GPU gets two ids, as its numbers differ."""
     d = config_to_dict(cfg)
     for k in NON_SEMANTIC_KEYS:
         d.pop(k, None)
@@ -654,12 +786,16 @@ def config_hash(cfg: RunConfig, length: int = 10) -> str:
             section = section.get(part, {})
         if leaf in section and section[leaf] == default:
             del section[leaf]
+    model = d.get("model", {})
+    if model.get("device") == "auto":
+        model["device"] = device if device is not None else resolve_device("auto")
     blob = json.dumps(d, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:length]
 
 
-def resolve_run_id(cfg: RunConfig) -> str:
-    """The run id: ``cfg.run_id`` if set, else ``<env>-<algorithm>-s<seed>-<config hash>``."""
+def resolve_run_id(cfg: RunConfig, *, device: str | None = None) -> str:
+    """The run id: ``cfg.run_id`` if set, else ``<env>-<algorithm>-s<seed>-<config hash>``
+    (``device``: see :func:`config_hash`)."""
     if cfg.run_id:
         return cfg.run_id
-    return f"{cfg.env.name}-{cfg.algorithm.name}-s{cfg.seed}-{config_hash(cfg)}"
+    return f"{cfg.env.name}-{cfg.algorithm.name}-s{cfg.seed}-{config_hash(cfg, device=device)}"

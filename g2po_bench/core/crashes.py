@@ -5,7 +5,7 @@ or worker process failed): ``train/crashed > CRASHED_HEAVY_FRACTION * train/epis
 iteration measures the environment, not the policy. The trainers never record one (they retry
 it after restarting the workers, then fail the run with the reason); ``g2po_bench.analysis.load`` flags any
 run whose ``metrics.jsonl`` holds one (written by older code, or by a run that was interrupted
-by signals before the signal policy of :mod:`g2po_bench.benchmarks.shutdown` existed).
+by signals before the signal policy of :mod:`g2po_bench.runtime.shutdown` existed).
 """
 
 from __future__ import annotations

@@ -7,11 +7,17 @@
   interpreter); the message names what failed and the manual alternative.
 - :class:`EnvironmentSetupError`: an environment cannot start (e.g. AppWorld's interpreter or
   server is missing); the message says how to install it.
+- :class:`MissingDependencyError`: an optional dependency a command needs is not installed (e.g.
+  ``backend=openrlhf`` without OpenRLHF and its GPU stack); the message says how to install it.
+  It is also an ``ImportError``.
+- :class:`CheckpointError`: a run's checkpoint is incomplete or corrupt (a truncated or torn
+  file); the message names the file and what is still intact.
 """
 
 from __future__ import annotations
 
-__all__ = ["DataError", "DataDownloadError", "EnvironmentSetupError", "SUITE_ERRORS"]
+__all__ = ["DataError", "DataDownloadError", "EnvironmentSetupError", "MissingDependencyError", "CheckpointError",
+           "SUITE_ERRORS"]
 
 
 class DataError(Exception):
@@ -28,5 +34,16 @@ class EnvironmentSetupError(RuntimeError):
     says what and how to install it)."""
 
 
-SUITE_ERRORS: tuple[type[Exception], ...] = (DataError, EnvironmentSetupError)
+class MissingDependencyError(ImportError):
+    """An optional dependency a command needs is not installed (the message says what is missing and
+    how to install it). An ``ImportError``, so callers that catch that keep working."""
+
+
+class CheckpointError(Exception):
+    """A run's checkpoint is incomplete or corrupt: a file is missing, shorter or longer than the
+    checkpoint's manifest records, or not readable in its format (the message names the file)."""
+
+
+SUITE_ERRORS: tuple[type[Exception], ...] = (DataError, EnvironmentSetupError, MissingDependencyError,
+                                             CheckpointError)
 """The errors a command reports as one line: a user can fix them without reading a traceback."""

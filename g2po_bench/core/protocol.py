@@ -102,8 +102,8 @@ class IfAdmissible(str):
 class RefusalStop:
     """Ends an episode that is stuck: ``limit`` refused actions in a row (``env.stop_after_refusals``).
 
-    One rule for every episode loop (RL rollouts and evaluation in :mod:`g2po_bench.benchmarks.rollout`, the
-    prompting baselines in :mod:`g2po_bench.baselines.agents`), so that their episodes end alike. An action is
+    One rule for every episode (the lock-step driver, :mod:`g2po_bench.benchmarks.driver`, that plays the RL
+    rollouts and evaluations and the prompting baselines' episodes), so that their episodes end alike. An action is
     refused when its observation has ``info["refused"]`` true (ALFWorld's "Nothing happens.");
     any other observation resets the count.
 
@@ -182,7 +182,7 @@ def check_state_key_rule(rule: str) -> str:
 class OwnStateKey:
     """The observation key rule of an environment with a single key rule (the toy corridor,
     AppWorld): every rule name gives the environment's own ``Observation.state_key``. It serves
-    a benchmark's ``make_state_key_rule`` (the rollout engine's ``key_rules``).
+    a benchmark's ``make_state_key_rule`` (the ``key_rules`` of the credit instrument's rollout hooks).
 
     Args:
         rule: ``"reference"`` or ``"raw"``.

@@ -20,11 +20,14 @@ Layout of ``results/runs/<run_id>/`` (docs/run-folder.md):
 - ``status.json``: ``{"state": "running"|"done"|"failed"|"interrupted", "iteration",
   "total_iterations", "error", "updated", "code"}`` (``code``: :func:`code_version` of the
   process that wrote it, ``{"commit", "dirty"}`` or null outside a git checkout); ``interrupted``: stopped by a signal
-  (:mod:`g2po_bench.benchmarks.shutdown`), ``iteration`` is that of the checkpoint a resume continues from
+  (:mod:`g2po_bench.runtime.shutdown`), ``iteration`` is that of the checkpoint a resume continues from
   and ``error`` says which signal. ``warnings`` (only when there is one): what the run warned
   about once, e.g. ``stale_sampler`` = ``{"iteration", "gap", "threshold", "compute_dtype"}``
   (:class:`g2po_bench.algorithms.backends.common.SamplerGapMonitor`).
-- ``checkpoints/``: ``latest/`` (model, optimizer, trainer state), replaced atomically.
+- ``checkpoints/``: ``latest/`` (model, optimizer, trainer state, ``manifest.json``) and
+  ``previous/`` (the checkpoint before it, kept until a newer one is complete): written to a
+  staging folder, fsynced, verified and renamed into place (:mod:`g2po_bench.core.checkpoints`);
+  a resume loads the newest intact one (:meth:`RunDir.find_checkpoint`).
 - ``evals/<UTC time or name>/``: evaluations of the run's checkpoint by ``g2po eval --run``
   (``config.yaml`` as used, ``eval.json`` with ``"kind": "evaluation"``, ``run``,
   ``checkpoint_iteration``, the ``overrides`` and ``code``); never counted as training seeds.
@@ -45,6 +48,17 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from g2po_bench.core.checkpoints import (
+    TRAINER_STATE,
+    CheckpointChoice,
+    checkpoint_iteration,
+    fsync_tree,
+    install_checkpoint,
+    verify_checkpoint,
+    write_manifest,
+)
+from g2po_bench.core.errors import CheckpointError
 
 __all__ = [
     "RunDir",
@@ -258,16 +272,60 @@ class RunDir:
 
     @property
     def checkpoint_dir(self) -> Path:
+        """``checkpoints/latest``: the newest checkpoint."""
         return self.root / "checkpoints" / "latest"
 
+    @property
+    def previous_checkpoint_dir(self) -> Path:
+        """``checkpoints/previous``: the checkpoint before ``latest``, kept until a newer one is complete."""
+        return self.root / "checkpoints" / "previous"
+
+    def checkpoint_candidates(self) -> list[Path]:
+        """The checkpoint folders that hold a ``trainer_state.json``, newest first: ``latest``,
+        ``latest.old`` (a run of an earlier version killed between the two renames of its
+        checkpoint swap) and ``previous``; intact or not."""
+        latest = self.checkpoint_dir
+        dirs = (latest, latest.with_name(latest.name + ".old"), self.previous_checkpoint_dir)
+        return [d for d in dirs if (d / TRAINER_STATE).is_file()]
+
+    def has_checkpoint(self) -> bool:
+        """Whether the run holds any checkpoint, intact or not (:meth:`checkpoint_candidates`)."""
+        return bool(self.checkpoint_candidates())
+
+    def find_checkpoint(self) -> CheckpointChoice:
+        """The checkpoint a resume loads: the newest of :meth:`checkpoint_candidates` that passes
+        :func:`g2po_bench.core.checkpoints.verify_checkpoint`, with the newer ones that failed
+        (``rejected``, each with the file at fault). ``path`` is None when none is intact."""
+        choice = CheckpointChoice()
+        for d in self.checkpoint_candidates():
+            problem = verify_checkpoint(d)
+            if problem is None:
+                choice.path, choice.iteration = d, checkpoint_iteration(d)
+                return choice
+            choice.rejected.append((d, problem))
+        return choice
+
     def resume_checkpoint(self) -> Path | None:
-        """The checkpoint a resume loads: ``checkpoints/latest``, or ``latest.old`` when the run was
-        killed between the two renames of :meth:`replace_dir`; None when neither holds a
-        ``trainer_state.json``."""
-        for d in (self.checkpoint_dir, self.checkpoint_dir.with_name(self.checkpoint_dir.name + ".old")):
-            if (d / "trainer_state.json").exists():
-                return d
-        return None
+        """The folder of :meth:`find_checkpoint` (None when the run holds no intact checkpoint)."""
+        return self.find_checkpoint().path
+
+    def commit_checkpoint(self, staging: Path, iteration: int) -> None:
+        """Make the fully written folder ``staging`` the checkpoint ``latest`` of ``iteration``:
+        fsync it, write its manifest, verify it, then rename it into place, the replaced ``latest``
+        becoming ``previous`` (:func:`g2po_bench.core.checkpoints.install_checkpoint`).
+
+        Raises:
+            CheckpointError: the written folder fails verification (the message names the file);
+                ``staging`` is removed and the checkpoints in place are untouched.
+        """
+        fsync_tree(staging)
+        write_manifest(staging, iteration)
+        problem = verify_checkpoint(staging)
+        if problem is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise CheckpointError(f"the checkpoint of iteration {iteration} was written incomplete ({problem}); "
+                                  f"the checkpoints in {self.root / 'checkpoints'} are unchanged")
+        install_checkpoint(staging, self.checkpoint_dir, self.previous_checkpoint_dir)
 
     def create(self) -> RunDir:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -318,7 +376,9 @@ class RunDir:
         )
 
     def replace_dir(self, staging: Path, target: Path) -> None:
-        """Move a fully written folder ``staging`` to ``target`` atomically (old one removed after)."""
+        """Move a fully written folder ``staging`` to ``target`` atomically (fsynced first; the old
+        one removed after)."""
+        fsync_tree(staging)
         target.parent.mkdir(parents=True, exist_ok=True)
         old = target.with_name(target.name + ".old")
         if old.exists():

@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -220,10 +221,7 @@ def read_step_table(run_root: str | os.PathLike, iteration: int) -> StepTable:
         raise FileNotFoundError(f"run folder {str(root)!r} does not exist")
     have = recorded_iterations(root)
     if not have:
-        raise FileNotFoundError(
-            f"run {str(root)!r} has no step tables under {STEPS_DIRNAME}/: it was trained with "
-            "record_graphs=false; train with record_graphs=true to record them"
-        )
+        raise FileNotFoundError(f"run {str(root)!r} has no step tables under {STEPS_DIRNAME}/: {_why_no_steps(root)}")
     if iteration == -1:
         iteration = have[-1]
     if iteration not in have:
@@ -245,6 +243,23 @@ def read_step_table(run_root: str | os.PathLike, iteration: int) -> StepTable:
     for col, dtype in BASE_COLUMNS.items():
         frame[col] = frame[col].astype(dtype)
     return StepTable(frame=frame, meta=meta)
+
+
+def _why_no_steps(root: Path) -> str:
+    """Why a run folder holds no step table, from its ``config.yaml`` ``record_graphs``."""
+    try:
+        recorded = (yaml.safe_load((root / "config.yaml").read_text(encoding="utf-8")) or {}).get("record_graphs")
+    except (OSError, yaml.YAMLError, UnicodeDecodeError, AttributeError):
+        recorded = None
+    if recorded is False:
+        return "it was trained with record_graphs=false; train with record_graphs=true to record them"
+    if recorded is True:
+        return ("its config.yaml says record_graphs=true, so the run wrote them, but this copy of its record has none "
+                f"(a committed or copied record may leave {STEPS_DIRNAME}/ out: results/proxy/README.md says which "
+                "committed runs keep their last step table); draw from the folder the run trained in, or train the "
+                "config again")
+    return (f"it was trained with record_graphs=false, or its record was copied without {STEPS_DIRNAME}/ (no "
+            f"config.yaml says which); a run trained with record_graphs=true writes {STEPS_DIRNAME}/iter_<K>.parquet")
 
 
 def _ranges(xs: list[int]) -> str:

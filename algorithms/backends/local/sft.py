@@ -14,7 +14,10 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from g2po_bench.algorithms.backends.local.policy import pack_sequences, response_logprobs
+from g2po_bench.algorithms.backends.local.transformers_policy import (
+    pack_sequences,
+    response_logprobs,
+)
 
 __all__ = ["supervised_finetune"]
 

@@ -19,7 +19,7 @@ Precision and memory (:mod:`g2po_bench.algorithms.backends.local.precision`): th
 float32 master weights, gradients and AdamW state; ``model.dtype=bfloat16`` runs their forward
 passes under autocast; the frozen reference is a copy in ``model.dtype`` on ``train.ref_device``;
 ``train.gradient_checkpointing`` recomputes layer activations; log-probs are computed over
-response positions only, in chunks (:func:`g2po_bench.algorithms.backends.local.policy.response_logprobs`).
+response positions only, in chunks (:func:`g2po_bench.algorithms.backends.local.transformers_policy.response_logprobs`).
 Sampling and rescoring share one definition (:mod:`g2po_bench.algorithms.backends.local.sampling`),
 recorded in ``sampling.json``; the sampler's own log-probs are compared with the old log-probs
 every iteration (``train/sampler_logprob_gap``; above the compute dtype's threshold a warning,
@@ -31,8 +31,9 @@ that sampled.
 
 Evaluation on a fixed panel at ``eval.temperature`` before RL (after the warm start), every
 ``eval.every`` iterations and at the end. A checkpoint (policy, optimizer, critic and its
-optimizer, RNG and trainer state) is written atomically every ``train.checkpoint_every`` iterations; a run with
-``resume=true`` continues from it and loses at most the iterations since.
+optimizer, RNG and trainer state) is written atomically and verified every ``train.checkpoint_every`` iterations,
+the one before it kept; a run with ``resume=true`` continues from the newest intact one and loses at most the
+iterations since.
 
 The run's records (status, metrics, evaluations, checkpoint bookkeeping and resume, timing,
 step tables, trackers) and the signal policy are the run lifecycle's
@@ -66,10 +67,8 @@ from g2po_bench.algorithms.backends.common import (
     eval_metrics,
     evaluate_panel,
     load_task_splits,
-    needs_critic,
     rl_tasks,
     rollout_metrics,
-    step_advantages,
     train_temperature_eval_due,
     training_rollouts,
 )
@@ -80,29 +79,30 @@ from g2po_bench.algorithms.backends.local.memory import (
     reset_peak_memory,
 )
 from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer, resolve_device
-from g2po_bench.algorithms.backends.local.policy import (
-    LocalPolicy,
-    pack_sequences,
-    response_logprobs,
-)
 from g2po_bench.algorithms.backends.local.precision import (
     autocast,
     check_master_weights,
     compute_dtype,
 )
 from g2po_bench.algorithms.backends.local.sampling import SamplingParams, model_generation_overrides
+from g2po_bench.algorithms.backends.local.transformers_policy import (
+    LocalPolicy,
+    pack_sequences,
+    response_logprobs,
+)
 from g2po_bench.algorithms.backends.local.value import ValueModel
 from g2po_bench.algorithms.backends.local.warm_start import ensure_warm_start
 from g2po_bench.algorithms.backends.progress import format_rate_ci
-from g2po_bench.benchmarks.cpus import usable_cpus
+from g2po_bench.algorithms.registry import bind_run_estimator
 from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.rollout import RolloutBatch
-from g2po_bench.benchmarks.shutdown import check_stop
-from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.core.config import RunConfig
 from g2po_bench.core.crashes import CRASHED_HEAVY_FRACTION, is_crashed_heavy
 from g2po_bench.core.rundir import RunDir, atomic_write_json
 from g2po_bench.core.tracking import RunPictures
+from g2po_bench.runtime.cpus import usable_cpus
+from g2po_bench.runtime.shutdown import check_stop
+from g2po_bench.runtime.workers import EnvPool
 
 __all__ = ["LocalTrainer", "train", "torch_threads"]
 
@@ -125,6 +125,7 @@ class LocalTrainer:
     def __init__(self, cfg: RunConfig, console=None, pictures: RunPictures | None = None):
         self.cfg = cfg
         self.bench = get_benchmark(cfg.env.name)
+        self.estimator = bind_run_estimator(cfg)  # options checked once; called every iteration
         self.console = console
         self.device = resolve_device(cfg.model.device)
         self.critic: ValueModel | None = None
@@ -160,8 +161,8 @@ class LocalTrainer:
     # ------------------------------------------------------------------ setup
     def _setup_model(self, pool: EnvPool, train_tasks) -> dict[str, float]:
         cfg = self.cfg
-        ckpt = self.run.resume_checkpoint()
-        if cfg.resume and ckpt is not None:
+        ckpt = self.lifecycle.resume_from  # the newest intact checkpoint (resume=true), else None
+        if ckpt is not None:
             self.model, self.tokenizer = load_model_and_tokenizer(ckpt / "policy", dtype="float32",
                                                                   device=cfg.model.device)
             self.ref_model, _ = load_model_and_tokenizer(self.run.root / "reference", dtype=cfg.model.dtype,
@@ -215,7 +216,7 @@ class LocalTrainer:
                 self.log(f"run folder: {self.run.root}")
                 self.log(f"tasks: {len(train_tasks)} training, evaluation panel of {len(panel)} x "
                          f"{cfg.eval.episodes_per_task} episode(s) ({cfg.env.eval_split})")
-                with EnvPool(cfg.env.name, cfg.env, cfg.env.num_workers) as pool:
+                with EnvPool(self.bench, cfg.env, cfg.env.num_workers) as pool:
                     setup_stats = self._setup_model(pool, train_tasks)
                     # the same RNG state whether the warm start was just built (SFT draws from the
                     # global RNG) or reused from the cache: same config and seed, same rollouts
@@ -251,7 +252,7 @@ class LocalTrainer:
                                   compute_dtype=self.compute_dtype)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.train.lr,
                                            weight_decay=cfg.train.weight_decay)
-        if needs_critic(cfg):
+        if self.estimator.needs_critic:
             self.critic = ValueModel.from_policy(self.model, lr=cfg.train.value_lr,
                                                  weight_decay=cfg.train.value_weight_decay,
                                                  compute_dtype=self.compute_dtype,
@@ -313,7 +314,7 @@ class LocalTrainer:
         if self.critic is not None:
             values = self.critic.predict(rb.prompt_ids, self.tokenizer.pad_token_id,
                                          batch_size=cfg.train.micro_batch_size)
-        res = step_advantages(cfg, rb, values)
+        res = self.estimator(rb, values)
         t_adv = time.time()
         check_stop()  # a stop requested during the rollouts abandons the iteration here
         self.lifecycle.update_started()  # the update changes the model: no longer the state of iteration it-1
@@ -580,7 +581,7 @@ def _stack(store: dict[int, torch.Tensor], rows: list[int], mask: torch.Tensor) 
 
 def torch_threads(cfg: RunConfig) -> int:
     """The torch intra-op threads of a run: ``model.num_threads``, or with 0 every CPU this process
-    may use (:func:`g2po_bench.benchmarks.cpus.usable_cpus`: the affinity mask, ``SLURM_CPUS_PER_TASK`` /
+    may use (:func:`g2po_bench.runtime.cpus.usable_cpus`: the affinity mask, ``SLURM_CPUS_PER_TASK`` /
     ``G2PO_CPUS_PER_TASK`` (a sweep job's ``resources.cpus``), the cgroup quota). The model and the
     environment workers take turns (the lock-step rollout waits for the workers), so the model may
     use every core while it computes."""
@@ -597,7 +598,7 @@ def train(cfg: RunConfig, console=None, pictures: RunPictures | None = None) -> 
         pictures: draws the tracker pictures (optional; :mod:`g2po_bench.analysis.pictures`).
 
     Raises:
-        g2po_bench.benchmarks.shutdown.Interrupted: stopped by SIGTERM/SIGINT/SIGUSR2 (a ``SystemExit``
+        g2po_bench.runtime.shutdown.Interrupted: stopped by SIGTERM/SIGINT/SIGUSR2 (a ``SystemExit``
             with status 128 + signal; the run folder says ``interrupted``, see the module
             docstring); under Submitit the preemption signal requeues the job instead.
     """

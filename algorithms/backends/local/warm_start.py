@@ -39,11 +39,11 @@ from g2po_bench.algorithms.backends.local.model import (
     build_tiny_model,
     load_model_and_tokenizer,
 )
-from g2po_bench.algorithms.backends.local.policy import LocalPolicy
+from g2po_bench.algorithms.backends.local.transformers_policy import LocalPolicy
 from g2po_bench.algorithms.backends.progress import RunProgress
 from g2po_bench.benchmarks.demos import collect_demonstrations
-from g2po_bench.benchmarks.shutdown import check_stop
 from g2po_bench.core.config import config_to_dict
+from g2po_bench.runtime.shutdown import check_stop
 
 __all__ = ["WarmStart", "warm_start_settings", "warm_start_key", "ensure_warm_start"]
 
@@ -119,7 +119,7 @@ def ensure_warm_start(cfg, pool, bench, train_tasks, *, run_root: Path, progress
 
     Args:
         cfg: the RunConfig.
-        pool: an :class:`g2po_bench.benchmarks.workers.EnvPool` for the expert replays.
+        pool: an :class:`g2po_bench.runtime.workers.EnvPool` for the expert replays.
         bench: the benchmark module.
         train_tasks: the training tasks (demonstrations come from at most
             ``train.sft_max_tasks`` of them, evenly spread).

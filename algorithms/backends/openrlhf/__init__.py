@@ -1,6 +1,6 @@
 """The OpenRLHF trainer backend (``backend=openrlhf``): Ray, DeepSpeed ZeRO and vLLM.
 
-The suite's rollout engine drives OpenRLHF 0.11.2's vLLM engines (:mod:`.policy`), the suite's
+The suite's rollout engine drives OpenRLHF 0.11.2's vLLM engines (:mod:`.engine_policy`), the suite's
 registry estimator computes the per-step advantages (:mod:`.advantages`), and one OpenRLHF
 sample per agent step carries them as per-token advantages with an action mask over the
 response tokens only (:mod:`.experience`, :mod:`.experience_maker`); OpenRLHF's actor,
@@ -17,6 +17,8 @@ flash-attn are imported when :func:`train` runs.
 from __future__ import annotations
 
 import importlib.util
+
+from g2po_bench.core.errors import MissingDependencyError
 
 __all__ = ["train", "missing_requirements", "REQUIRED_MODULES"]
 
@@ -38,11 +40,13 @@ def train(cfg, console=None, pictures=None):
     the tracker pictures' drawer (:class:`g2po_bench.core.tracking.RunPictures`, optional).
 
     Raises:
-        ImportError: OpenRLHF or part of its stack is not installed (the message says how).
+        g2po_bench.core.errors.MissingDependencyError: OpenRLHF or part of its stack is not
+            installed (an ``ImportError``; the message says how to install it; the CLI prints it as
+            one line).
     """
     missing = missing_requirements()
     if missing:
-        raise ImportError(f"{_INSTALL_HINT}; missing: {', '.join(missing)}")
+        raise MissingDependencyError(f"{_INSTALL_HINT}; missing: {', '.join(missing)}")
     # lazy: the trainer imports OpenRLHF, Ray, DeepSpeed and vLLM (optional GPU dependencies)
     from g2po_bench.algorithms.backends.openrlhf.trainer import train as _train
 

@@ -44,7 +44,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from g2po_bench.benchmarks.shutdown import preempt_signal
+from g2po_bench.runtime.shutdown import preempt_signal
 
 __all__ = ["Allocation", "read_allocation", "expand_nodelist", "RayCluster", "join_as_worker",
            "worker_runtime_env", "ray_start_commands"]

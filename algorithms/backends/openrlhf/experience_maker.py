@@ -5,7 +5,7 @@ everything it does on the model side (``make_experience``: old log-probs from th
 reference log-probs from the reference group, values from the critic group, dispatched to the
 Ray actor groups micro-batch by micro-batch) but replaces ``compute_advantages_and_returns``
 (OpenRLHF's if/elif chain over episode rewards, with no plug-in point) by the suite's registry
-estimator on the StepBatch (:func:`g2po_bench.algorithms.backends.common.step_advantages`),
+estimator on the StepBatch (the run's bound estimator, :func:`g2po_bench.algorithms.registry.bind_run_estimator`),
 whose per-step scalars become per-token advantages on the action positions
 (:func:`g2po_bench.algorithms.backends.openrlhf.experience.attach_step_values`).
 

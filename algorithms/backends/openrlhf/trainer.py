@@ -56,7 +56,6 @@ from g2po_bench.algorithms.backends.common import (
     needs_critic,
     rl_tasks,
     rollout_metrics,
-    step_advantages,
     train_temperature_eval_due,
     training_rollouts,
 )
@@ -69,21 +68,22 @@ from g2po_bench.algorithms.backends.openrlhf.cluster import (
     read_allocation,
     worker_runtime_env,
 )
+from g2po_bench.algorithms.backends.openrlhf.engine_policy import EnginePolicy, vllm_sampling_params
 from g2po_bench.algorithms.backends.openrlhf.experience import (
     StepSamples,
     build_samples,
     critic_view,
 )
 from g2po_bench.algorithms.backends.openrlhf.experience_maker import StepExperienceMaker
-from g2po_bench.algorithms.backends.openrlhf.policy import EnginePolicy, vllm_sampling_params
 from g2po_bench.algorithms.backends.openrlhf.settings import OpenRLHFSettings, load_settings
+from g2po_bench.algorithms.registry import bind_run_estimator
 from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.rollout import RolloutBatch
-from g2po_bench.benchmarks.shutdown import check_stop
-from g2po_bench.benchmarks.workers import EnvPool
 from g2po_bench.core.config import RunConfig
 from g2po_bench.core.rundir import RunDir, atomic_write_json, atomic_write_text
 from g2po_bench.core.tracking import RunPictures
+from g2po_bench.runtime.shutdown import check_stop
+from g2po_bench.runtime.workers import EnvPool
 
 __all__ = ["StepPPOTrainer", "OpenRLHFTrainer", "Stack", "Workers", "load_tokenizer", "train"]
 
@@ -112,7 +112,7 @@ class StepPPOTrainer(BasePPOTrainer):
     Args:
         strategy, actor_model_group, critic_model_group, reference_model_group, vllm_engines,
             tokenizer: as ``BasePPOTrainer`` (no reward model: rewards come from environments).
-        cfg: the RunConfig (its estimator and options).
+        cfg: the RunConfig (its estimator and options, bound once here: ``self.estimator``).
         dp_ranks: data-parallel ranks of the actor group.
     """
 
@@ -121,6 +121,7 @@ class StepPPOTrainer(BasePPOTrainer):
         super().__init__(strategy, actor_model_group, critic_model_group, None, reference_model_group,
                          vllm_engines, tokenizer)
         self.cfg = cfg
+        self.estimator = bind_run_estimator(cfg)
         self.experience_maker = StepExperienceMaker(
             actor_model_group, critic_model_group, None, reference_model_group, self.kl_ctl, strategy, tokenizer,
             dp_ranks=dp_ranks)
@@ -131,7 +132,7 @@ class StepPPOTrainer(BasePPOTrainer):
     def make_experiences(self, rollouts: RolloutBatch) -> tuple[list, StepSamples]:
         """Experiences (old and reference log-probs, values, per-token advantages) of the rows."""
         ss = build_samples(rollouts, eos_token_id=self.tokenizer.eos_token_id, pad_to=self.args.train.batch_size)
-        self.experience_maker.prepare(ss, lambda values: step_advantages(self.cfg, rollouts, values))
+        self.experience_maker.prepare(ss, lambda values: self.estimator(rollouts, values))
         return self.experience_maker.make_experience_batch(ss.samples), ss
 
     def train_on_rollouts(self, rollouts: RolloutBatch, global_step: int) -> tuple[dict[str, Any], int]:
@@ -301,7 +302,7 @@ class OpenRLHFTrainer:
                 train_tasks, panel = load_task_splits(cfg, self.bench)
                 rl_pool = rl_tasks(cfg, train_tasks)  # fails here, before any work, if it is empty
             # environment workers are forked before Ray starts threads in this process
-            with EnvPool(cfg.env.name, cfg.env, cfg.env.num_workers) as pool:
+            with EnvPool(self.bench, cfg.env, cfg.env.num_workers) as pool:
                 model_path = self._starting_model(pool, train_tasks)
                 self.tokenizer = load_tokenizer(model_path)
                 resuming = bool(cfg.resume and (self.ckpt_root / "_actor").exists())
@@ -511,7 +512,7 @@ def train(cfg: RunConfig, console=None, pictures: RunPictures | None = None) -> 
     """Run the OpenRLHF backend on ``cfg``; returns the run folder.
 
     Raises:
-        g2po_bench.benchmarks.shutdown.Interrupted: stopped by SIGTERM/SIGINT/the preemption
+        g2po_bench.runtime.shutdown.Interrupted: stopped by SIGTERM/SIGINT/the preemption
             signal (status 128 + signal; the run folder says ``interrupted``), as on the local backend.
     """
     return OpenRLHFTrainer(cfg, console=console, pictures=pictures).run_training()

@@ -1,4 +1,4 @@
-"""Advantage-estimator benchmark: every registered estimator, next to its per-row oracle.
+"""Advantage-estimator speed (``g2po bench advantages``): every registered estimator, next to its per-row oracle.
 
 Source: the reference batch (16 task groups x 8 rollouts, ALFWorld's 50-step limit: verl-agent
 ``examples/gigpo_trainer/run_alfworld.sh``) and the G2PO paper's compute per training step
@@ -6,8 +6,8 @@ Source: the reference batch (16 task groups x 8 rollouts, ALFWorld's 50-step lim
 loops; ``results/reference/other_published.csv``); docs/design-notes.md "Training-loop facts".
 Run::
 
-    python -m g2po_bench.algorithms.bench                      # reference batch, 1e5 and 1e6 rows
-    python -m g2po_bench.algorithms.bench --sizes reference 100000 --repeats 5 --json out.json
+    python -m g2po_bench.algorithms.speed                      # reference batch, 1e5 and 1e6 rows
+    python -m g2po_bench.algorithms.speed --sizes reference 100000 --repeats 5 --json out.json
 
 For every registered estimator (built-in, installed, or imported with ``--module``) and batch
 size it reports rows/s and ms per batch of the vectorized estimator (median wall time of at
@@ -171,7 +171,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``python -m g2po_bench.algorithms.bench [--sizes ...] [--estimators ...]``."""
+    """Command line: ``python -m g2po_bench.algorithms.speed [--sizes ...] [--estimators ...]``."""
     parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", nargs="+", default=[REFERENCE, "100000", "1000000"],
                         help="'reference' and/or row counts")

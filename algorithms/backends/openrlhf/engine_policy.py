@@ -1,9 +1,9 @@
-"""A :class:`g2po_bench.benchmarks.policy.Policy` over OpenRLHF's vLLM engines.
+"""A :class:`g2po_bench.runtime.policy_protocol.Policy` over OpenRLHF's vLLM engines.
 
 The suite's rollout engine (:func:`g2po_bench.benchmarks.rollout.collect_rollouts`: step prompts with
 history, groups of N rollouts, environments in worker processes) asks this policy for one
 response per active environment at every step; the policy tokenizes the prompts exactly as the
-local backend does (:class:`g2po_bench.algorithms.backends.local.policy.LocalPolicy`: chat template when
+local backend does (:class:`g2po_bench.algorithms.backends.local.transformers_policy.LocalPolicy`: chat template when
 the tokenizer has one, else BOS + text; long prompts keep their last ``max_prompt_tokens``
 tokens), spreads them over the engines, and returns the sampled tokens.
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from g2po_bench.benchmarks.policy import Generation
+from g2po_bench.runtime.policy_protocol import Generation
 
 __all__ = ["EnginePolicy", "encode_prompt", "vllm_sampling_params"]
 
@@ -78,7 +78,7 @@ class EnginePolicy:
 
     def generate(self, prompts: list[str], *, temperature: float, max_new_tokens: int,
                  top_p: float = 1.0, seed: int | None = None) -> list[Generation]:
-        """Sample one response per prompt (see :class:`g2po_bench.benchmarks.policy.Policy`)."""
+        """Sample one response per prompt (see :class:`g2po_bench.runtime.policy_protocol.Policy`)."""
         import ray
 
         if not prompts:

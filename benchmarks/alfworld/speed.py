@@ -1,10 +1,10 @@
-"""Micro-benchmark of the ALFWorld harness: reset time and environment steps per second.
+"""Speed of the ALFWorld harness (``g2po bench alfworld``): reset time and environment steps per second.
 
 Usage::
 
-    python -m g2po_bench.benchmarks.alfworld.bench                      # generated games (temporary folder)
-    python -m g2po_bench.benchmarks.alfworld.bench --data ../shared/data/alfworld --split valid_seen
-    python -m g2po_bench.benchmarks.alfworld.bench --games 6 --steps 30 --seed 0
+    python -m g2po_bench.benchmarks.alfworld.speed                      # generated games (temporary folder)
+    python -m g2po_bench.benchmarks.alfworld.speed --data ../shared/data/alfworld --split valid_seen
+    python -m g2po_bench.benchmarks.alfworld.speed --games 6 --steps 30 --seed 0
 
 Plays ``--episodes`` episodes per game with uniformly random admissible actions (seeded) for
 ``--steps`` steps or until won, through :class:`g2po_bench.benchmarks.alfworld.env.AlfworldEnv`, and prints
@@ -138,11 +138,11 @@ def run(
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Command-line entry. ``argv`` None means ``sys.argv[1:]`` when run as
-    ``python -m g2po_bench.benchmarks.alfworld.bench`` and no arguments (defaults) when called from
+    ``python -m g2po_bench.benchmarks.alfworld.speed`` and no arguments (defaults) when called from
     another program (e.g. ``g2po bench alfworld``, which passes ``prog`` for its usage line)."""
     if argv is None and __name__ != "__main__":
         argv = []
-    p = ArgumentParser(prog=prog or "python -m g2po_bench.benchmarks.alfworld.bench",
+    p = ArgumentParser(prog=prog or "python -m g2po_bench.benchmarks.alfworld.speed",
                        description=__doc__.splitlines()[0])
     p.add_argument(
         "--data",

@@ -1,4 +1,4 @@
-"""A :class:`g2po_bench.benchmarks.policy.Policy` over any OpenAI-compatible chat-completions endpoint.
+"""A :class:`g2po_bench.runtime.policy_protocol.Policy` over any OpenAI-compatible chat-completions endpoint.
 
 Works with the OpenAI API, vLLM's ``vllm serve``, SGLang, llama.cpp's server, LiteLLM and
 the like: ``POST {base_url}/chat/completions`` with one user message per prompt (plus an
@@ -20,7 +20,7 @@ Failure handling:
 Sampling: ``temperature``, ``top_p``, ``max_tokens`` and ``seed`` are sent with every request;
 request ``i`` of a :meth:`OpenAIPolicy.generate` call carries seed ``seed + i`` (so identical
 prompts in one batch are sampled independently, and the same call is reproducible where the
-server honours seeds). Each :class:`~g2po_bench.benchmarks.policy.Generation` records the seed, the
+server honours seeds). Each :class:`~g2po_bench.runtime.policy_protocol.Generation` records the seed, the
 finish reason, the token usage, the attempts and the latency in ``info``; remote policies
 expose no token ids (``prompt_ids``/``response_ids`` are empty).
 """
@@ -38,7 +38,7 @@ from typing import Any
 
 import httpx
 
-from g2po_bench.benchmarks.policy import Generation
+from g2po_bench.runtime.policy_protocol import Generation
 
 __all__ = [
     "OpenAIPolicy",
@@ -129,7 +129,7 @@ def _server_message(resp: httpx.Response) -> str:
 
 
 class OpenAIPolicy:
-    """A :class:`g2po_bench.benchmarks.policy.Policy` over an OpenAI-compatible chat-completions endpoint.
+    """A :class:`g2po_bench.runtime.policy_protocol.Policy` over an OpenAI-compatible chat-completions endpoint.
 
     Args:
         base_url: the API root, e.g. ``https://api.openai.com/v1`` or ``http://127.0.0.1:8000/v1``;
@@ -342,7 +342,7 @@ class OpenAIPolicy:
 
     def generate(self, prompts: list[str], *, temperature: float, max_new_tokens: int,
                  top_p: float = 1.0, seed: int | None = None) -> list[Generation]:
-        """Sample one response per prompt (see :class:`g2po_bench.benchmarks.policy.Policy`); requests run
+        """Sample one response per prompt (see :class:`g2po_bench.runtime.policy_protocol.Policy`); requests run
         ``max_concurrency`` at a time and the answers keep the order of ``prompts``.
 
         Raises:

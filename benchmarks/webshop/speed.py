@@ -1,4 +1,4 @@
-"""WebShop speed and search-fidelity figures: ``python -m g2po_bench.benchmarks.webshop.bench``.
+"""WebShop speed and search-fidelity figures: ``python -m g2po_bench.benchmarks.webshop.speed``.
 
 Prints: catalogue load time; index build time (cold, no disk cache) and load time (from
 the disk cache); search latency over goal instructions (mean, median, 95th percentile);
@@ -62,7 +62,7 @@ def _queries(cat: Catalog, n: int) -> list[str]:
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Run the benchmark; ``argv`` None means no options (the ``g2po bench webshop`` call, which
     passes ``prog`` for its usage line)."""
-    ap = ArgumentParser(prog=prog or "python -m g2po_bench.benchmarks.webshop.bench",
+    ap = ArgumentParser(prog=prog or "python -m g2po_bench.benchmarks.webshop.speed",
                         description="WebShop speed and search-fidelity figures: catalogue load, index "
                         "build and load, search latency, environment steps per second, agreement of "
                         "the bm25s search with brute-force BM25, the scripted expert's success.")

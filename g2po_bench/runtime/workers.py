@@ -1,15 +1,18 @@
 """A pool of environments stepped in parallel worker processes.
 
 Each worker process holds the environments of some slots (slot i lives in worker i mod W)
-and executes the reset/step commands for its slots in order; the workers run in parallel.
+and executes the reset/step commands for its slots in order; the workers run in parallel. The
+pool is given the benchmark itself (:func:`g2po_bench.benchmarks.registry.get_benchmark`), whose
+``make_env`` builds each slot's environment: the runtime looks no benchmark up by name, so the
+benchmarks' harness can import it from below.
 
 - **CPUs**: the default number of workers is the number of CPUs this process may use
-  (:func:`g2po_bench.benchmarks.cpus.usable_cpus`: affinity, SLURM, cgroup quota), and every BLAS/OpenMP
-  pool inside a worker runs one thread (:func:`g2po_bench.benchmarks.cpus.limit_thread_pools`).
-- **Signals**: workers follow :mod:`g2po_bench.benchmarks.shutdown`: they ignore the job's signals
+  (:func:`g2po_bench.runtime.cpus.usable_cpus`: affinity, SLURM, cgroup quota), and every BLAS/OpenMP
+  pool inside a worker runs one thread (:func:`g2po_bench.runtime.cpus.limit_thread_pools`).
+- **Signals**: workers follow :mod:`g2po_bench.runtime.shutdown`: they ignore the job's signals
   (SIGTERM, SIGINT, SIGUSR1/2, ...) and die only with their parent (``PR_SET_PDEATHSIG``, even
   when the parent is killed with SIGKILL). A pending stop request of the trainer makes
-  :meth:`EnvPool.reset`/:meth:`EnvPool.step` raise :class:`g2po_bench.benchmarks.shutdown.ShutdownRequested`
+  :meth:`EnvPool.reset`/:meth:`EnvPool.step` raise :class:`g2po_bench.runtime.shutdown.ShutdownRequested`
   before any command is sent, so the iteration in flight is abandoned, never half-recorded.
 - **Memory**: ``max_episodes`` recycles a worker (a fresh process) once it has started that
   many episodes, at the next reset when none of its slots is in the middle of an episode, so
@@ -38,38 +41,44 @@ import os
 import traceback
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-from g2po_bench.benchmarks.cpus import limit_thread_pools, usable_cpus
-from g2po_bench.benchmarks.registry import get_benchmark
-from g2po_bench.benchmarks.shutdown import apply_worker_policy, check_stop
-from g2po_bench.core.protocol import Observation, Task, crashed_observation
+from g2po_bench.core.protocol import Environment, Observation, Task, crashed_observation
+from g2po_bench.runtime.cpus import limit_thread_pools, usable_cpus
+from g2po_bench.runtime.shutdown import apply_worker_policy, check_stop
 
-__all__ = ["EnvPool"]
-
-
-def _make_env(benchmark: str, env_cfg: Any):
-    return get_benchmark(benchmark).make_env(env_cfg)
+__all__ = ["EnvPool", "EnvFactory"]
 
 
-def _preload(benchmark: str) -> None:
+@runtime_checkable
+class EnvFactory(Protocol):
+    """What the pool needs of a benchmark (:class:`g2po_bench.benchmarks.base.Benchmark` has both)."""
+
+    def make_env(self, env_cfg: Any) -> Environment:
+        """A fresh environment for ``env_cfg`` (called in the worker processes)."""
+
+    def preload_worker_modules(self) -> None:
+        """Import, before the workers are forked, what every worker would import itself."""
+
+
+def _preload(benchmark: EnvFactory) -> None:
     """The benchmark's :meth:`~g2po_bench.benchmarks.base.Benchmark.preload_worker_modules`, run
     before the workers are forked so that they inherit the imported modules. A failed import is
     left to the workers, whose first reset reports it as a crashed episode with the reason."""
     try:
-        get_benchmark(benchmark).preload_worker_modules()
+        benchmark.preload_worker_modules()
     except ImportError:
         pass
 
 
-def _worker_main(conn, benchmark: str, env_cfg: Any, parent_pid: int) -> None:
+def _worker_main(conn, benchmark: EnvFactory, env_cfg: Any, parent_pid: int) -> None:
     apply_worker_policy(parent_pid)  # ignore the job's signals, die with the parent
     limit_thread_pools(1)
     envs: dict[int, Any] = {}
 
     def env_for(slot: int):
         if slot not in envs:
-            envs[slot] = _make_env(benchmark, env_cfg)
+            envs[slot] = benchmark.make_env(env_cfg)
         return envs[slot]
 
     def rebuild(slot: int) -> None:
@@ -192,9 +201,10 @@ class EnvPool:
     """Environments in ``num_workers`` processes (see the module docstring).
 
     Args:
-        benchmark: benchmark name (``g2po_bench.benchmarks.registry``).
+        benchmark: the benchmark (``g2po_bench.benchmarks.registry.get_benchmark(name)``, or any
+            :class:`EnvFactory`); the forked workers call its ``make_env``.
         env_cfg: the picklable EnvConfig passed to the benchmark's ``make_env``.
-        num_workers: worker processes; 0 = :func:`g2po_bench.benchmarks.cpus.usable_cpus` (the CPUs this
+        num_workers: worker processes; 0 = :func:`g2po_bench.runtime.cpus.usable_cpus` (the CPUs this
             process may use: affinity, ``SLURM_CPUS_PER_TASK``, cgroup quota).
         max_episodes: recycle a worker after it started this many episodes (resets); 0 = never.
             Default: ``env_cfg.worker_max_episodes`` when the config has it, else 0.
@@ -205,11 +215,16 @@ class EnvPool:
 
     Raises:
         ValueError: ``num_workers`` or ``max_episodes`` is negative.
+        TypeError: ``benchmark`` is a name or another object without ``make_env`` (look the
+            benchmark up with ``get_benchmark(name)`` first).
 
     Use as a context manager or call :meth:`close`.
     """
 
-    def __init__(self, benchmark: str, env_cfg: Any, num_workers: int = 0, max_episodes: int | None = None):
+    def __init__(self, benchmark: EnvFactory, env_cfg: Any, num_workers: int = 0, max_episodes: int | None = None):
+        if not isinstance(benchmark, EnvFactory):
+            raise TypeError(f"EnvPool needs the benchmark itself, got {benchmark!r}: pass "
+                            "g2po_bench.benchmarks.registry.get_benchmark(name)")
         if num_workers < 0:
             raise ValueError(f"num_workers={num_workers}: must be >= 0 (0 = one per usable CPU)")
         if max_episodes is None:
@@ -324,7 +339,7 @@ class EnvPool:
         """Reset slot -> task for each (slot, task); returns slot -> first observation.
 
         Raises:
-            g2po_bench.benchmarks.shutdown.ShutdownRequested: a stop was requested (nothing was sent).
+            g2po_bench.runtime.shutdown.ShutdownRequested: a stop was requested (nothing was sent).
         """
         return self._run("reset", items)
 
@@ -332,7 +347,7 @@ class EnvPool:
         """Step slot with action for each (slot, action); returns slot -> observation.
 
         Raises:
-            g2po_bench.benchmarks.shutdown.ShutdownRequested: a stop was requested (nothing was sent).
+            g2po_bench.runtime.shutdown.ShutdownRequested: a stop was requested (nothing was sent).
         """
         return self._run("step", items)
 

@@ -1,6 +1,6 @@
 """Local transformers policy: batched generation and token log-probabilities.
 
-Implements :class:`g2po_bench.benchmarks.policy.Policy` for a causal LM held in this process (CPU
+Implements :class:`g2po_bench.runtime.policy_protocol.Policy` for a causal LM held in this process (CPU
 or one GPU). Log-probabilities for training are computed from raw logits in a separate forward pass
 (:func:`response_logprobs`), never from the processed scores of ``generate`` (transformers'
 ``output_scores`` are the scores after the logits processors; ``output_logits`` the raw ones), with
@@ -29,7 +29,7 @@ from g2po_bench.algorithms.backends.local.sampling import (
     SamplingParams,
     SeededCategorical,
 )
-from g2po_bench.benchmarks.policy import Generation
+from g2po_bench.runtime.policy_protocol import Generation
 
 __all__ = ["LocalPolicy", "plan_batches", "pack_sequences", "response_logprobs"]
 
@@ -68,7 +68,7 @@ def plan_batches(lengths: Sequence[int], max_new_tokens: int, *, max_rows: int =
 
 
 class LocalPolicy:
-    """A :class:`g2po_bench.benchmarks.policy.Policy` over a local ``transformers`` causal LM.
+    """A :class:`g2po_bench.runtime.policy_protocol.Policy` over a local ``transformers`` causal LM.
 
     Args:
         model: a causal LM (``AutoModelForCausalLM``); generation runs under ``no_grad``.
@@ -142,7 +142,7 @@ class LocalPolicy:
     def generate(self, prompts: list[str], *, temperature: float, max_new_tokens: int,
                  top_p: float = 1.0, seed: int | None = None,
                  seeds: list[int] | None = None) -> list[Generation]:
-        """Sample one response per prompt (see :class:`g2po_bench.benchmarks.policy.Policy`).
+        """Sample one response per prompt (see :class:`g2po_bench.runtime.policy_protocol.Policy`).
 
         Every :class:`Generation` carries ``logprobs`` and ``entropies``: the log-probability
         of each response token under the distribution it was sampled from, and that

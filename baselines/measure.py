@@ -1,10 +1,10 @@
-"""Benchmark: ReAct and Reflexion with SmolLM2-135M-Instruct on real ALFWorld and WebShop tasks.
+"""Measure ReAct and Reflexion (success, tokens per second, time) with SmolLM2-135M-Instruct on real ALFWorld and WebShop tasks.
 
 ::
 
-    python -m g2po_bench.baselines.bench                        # 12 ALFWorld valid_seen games + 12 WebShop goals
-    python -m g2po_bench.baselines.bench --envs webshop --methods react --num-tasks 4
-    python -m g2po_bench.baselines.bench --model /models/Qwen2.5-1.5B-Instruct --set model.device=cuda
+    python -m g2po_bench.baselines.measure                        # 12 ALFWorld valid_seen games + 12 WebShop goals
+    python -m g2po_bench.baselines.measure --envs webshop --methods react --num-tasks 4
+    python -m g2po_bench.baselines.measure --model /models/Qwen2.5-1.5B-Instruct --set model.device=cuda
 
 Defaults: the evaluation panels of the RL runs (``select_panel`` over ALFWorld ``valid_seen``,
 round-robin over the six task types: 12 games = two per type; WebShop ``test`` goals), the
@@ -42,8 +42,8 @@ def _default_data() -> Path:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Arguments of ``python -m g2po_bench.baselines.bench`` (environments, methods, panel size, output folder)."""
-    p = argparse.ArgumentParser(prog="python -m g2po_bench.baselines.bench", description=__doc__.split("\n\n")[0])
+    """Arguments of ``python -m g2po_bench.baselines.measure`` (environments, methods, panel size, output folder)."""
+    p = argparse.ArgumentParser(prog="python -m g2po_bench.baselines.measure", description=__doc__.split("\n\n")[0])
     p.add_argument("--envs", nargs="+", default=["alfworld", "webshop"], choices=["alfworld", "webshop", "toy"])
     p.add_argument("--methods", nargs="+", default=["react", "reflexion"], choices=["direct", "react", "reflexion"])
     p.add_argument("--num-tasks", type=int, default=12, help="panel size per environment")

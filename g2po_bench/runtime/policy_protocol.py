@@ -2,7 +2,7 @@
 
 A policy is reached through one small interface (generate a batch of responses with their
 tokens; docs/design-notes.md "Data flow") with implementations for local transformers
-(:mod:`g2po_bench.algorithms.backends.local.policy`), vLLM and OpenAI-compatible endpoints. The rollout
+(:mod:`g2po_bench.algorithms.backends.local.transformers_policy`), vLLM and OpenAI-compatible endpoints. The rollout
 engine depends only on this protocol.
 """
 

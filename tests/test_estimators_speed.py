@@ -1,8 +1,8 @@
-"""The advantage benchmark (algorithms/bench.py) on small sizes."""
+"""The advantage-estimator speed figures (algorithms/speed.py, `g2po bench advantages`) on small sizes."""
 
 from __future__ import annotations
 
-from g2po_bench.algorithms.bench import format_table, main, run_advantage_benchmark
+from g2po_bench.algorithms.speed import format_table, main, run_advantage_benchmark
 
 
 def test_benchmark_rows_and_extrapolation():

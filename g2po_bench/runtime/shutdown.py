@@ -12,7 +12,7 @@ terminal's Ctrl-C reaches every process of the foreground group. The policy:
 the job's signals (:data:`JOB_SIGNALS`: SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2 and the
 preemption signal) and die only with their parent: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` ends a
 worker when the trainer ends, however it ends (even by SIGKILL), and
-:class:`g2po_bench.benchmarks.workers.EnvPool` closes or kills its workers itself (also at interpreter
+:class:`g2po_bench.runtime.workers.EnvPool` closes or kills its workers itself (also at interpreter
 exit). So a shutdown never shows up as crashed episodes.
 
 **Any other process the trainer forks** (e.g. the game generator's process pool) gets, from the
@@ -26,7 +26,7 @@ or preemption signal into a *stop request* instead of dying at an arbitrary poin
 
 1. the handler only records the request (a second SIGINT stops at once with KeyboardInterrupt);
 2. the iteration in flight is abandoned at the next environment command
-   (:func:`check_stop` in :meth:`g2po_bench.benchmarks.workers.EnvPool.reset`/``step``) or at the trainer's
+   (:func:`check_stop` in :meth:`g2po_bench.runtime.workers.EnvPool.reset`/``step``) or at the trainer's
    own check points, *without recording it*: no metrics line, no checkpoint of it; an iteration
    whose rollouts were complete before the request (the policy update was running) is finished
    and recorded like any other, since nothing in it was touched by the shutdown;

@@ -1,6 +1,6 @@
 """A scripted stochastic policy for the toy corridor, with explicit action probabilities.
 
-:class:`ScriptedCorridorPolicy` implements :class:`g2po_bench.benchmarks.policy.Policy` without a
+:class:`ScriptedCorridorPolicy` implements :class:`g2po_bench.runtime.policy_protocol.Policy` without a
 model: the distribution over its responses is a known function of the current observation
 (the ``Now:`` part of the toy prompt, :func:`g2po_bench.benchmarks.toy.build_prompt`), so values
 can be computed exactly by dynamic programming (the credit instrument's exact mode,
@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from g2po_bench.benchmarks.policy import Generation
 from g2po_bench.core.seeding import uniforms
+from g2po_bench.runtime.policy_protocol import Generation
 
 __all__ = ["ScriptedCorridorPolicy", "corridor_probabilities", "current_observation", "respond", "INVALID_RESPONSE"]
 

@@ -1,4 +1,4 @@
-"""Token and time accounting around any :class:`g2po_bench.benchmarks.policy.Policy`.
+"""Token and time accounting around any :class:`g2po_bench.runtime.policy_protocol.Policy`.
 
 :class:`MeteredPolicy` forwards ``generate`` and counts prompts, prompt tokens, response
 tokens and the wall time spent generating, so a run can report tokens per second for any
@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from g2po_bench.benchmarks.policy import Generation, Policy
+from g2po_bench.runtime.policy_protocol import Generation, Policy
 
 __all__ = ["MeteredPolicy"]
 

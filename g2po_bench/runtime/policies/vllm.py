@@ -1,11 +1,11 @@
-"""A :class:`g2po_bench.benchmarks.policy.Policy` over an in-process vLLM engine (GPU; optional extra).
+"""A :class:`g2po_bench.runtime.policy_protocol.Policy` over an in-process vLLM engine (GPU; optional extra).
 
 ``vllm`` is imported inside :class:`VLLMPolicy` only, so importing this module, the package,
 its CLI and its tests never needs it (docs/design-notes.md "Rules of the house"). Install the GPU
 extra (``pip install -e '.[gpu]'``) on a CUDA machine to use it.
 
 Prompts are tokenised here with the model's tokenizer (chat template applied, as in
-:class:`g2po_bench.algorithms.backends.local.policy.LocalPolicy`, and left-truncated to
+:class:`g2po_bench.algorithms.backends.local.transformers_policy.LocalPolicy`, and left-truncated to
 ``max_prompt_tokens``) and passed to vLLM as token ids, so ``prompt_ids`` and ``response_ids``
 are exact and the training rollouts can re-score them. Prompt ``i`` of a :meth:`generate` call
 is sampled with seed ``seed + i``.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from g2po_bench.benchmarks.policy import Generation
+from g2po_bench.runtime.policy_protocol import Generation
 
 __all__ = ["VLLMPolicy", "VLLM_INSTALL_HINT"]
 
@@ -122,7 +122,7 @@ class VLLMPolicy:
 
     def generate(self, prompts: list[str], *, temperature: float, max_new_tokens: int,
                  top_p: float = 1.0, seed: int | None = None) -> list[Generation]:
-        """Sample one response per prompt (see :class:`g2po_bench.benchmarks.policy.Policy`)."""
+        """Sample one response per prompt (see :class:`g2po_bench.runtime.policy_protocol.Policy`)."""
         if not prompts:
             return []
         ids, cut = [], []
