@@ -141,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from g2po_bench.algorithms.backends.common import load_task_splits
     from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
-    from g2po_bench.algorithms.backends.local.policy import LocalPolicy
     from g2po_bench.algorithms.backends.local.trainer import torch_threads
+    from g2po_bench.algorithms.backends.local.transformers_policy import LocalPolicy
     from g2po_bench.benchmarks.registry import get_benchmark
     from g2po_bench.benchmarks.rollout import collect_rollouts
     from g2po_bench.runconfig import load_config
