@@ -110,6 +110,44 @@ def test_instruction_expert_on_the_real_1k_goals():
     assert all(r.failure.startswith("bought with reward") for r in results if not r.won)
 
 
+# --------------------------------------------------------------------------- training reward
+def test_the_training_reward_is_the_success_or_the_graded_score(synthetic):
+    """``env.webshop_train_reward``: the reference pays 10 (``algorithm.success_reward``) for a
+    purchase that scores 1 and 0 otherwise; ``score`` pays 10 x the purchase reward. Buying the
+    target without its options scores below 1 on a goal that names option values."""
+    from dataclasses import replace
+
+    from g2po_bench.algorithms.backends.local.warm_start import warm_start_key
+
+    bench = ws.BENCHMARK
+    tasks = [t for t in ws.load_tasks(synthetic, "test") if t.payload["goal_options"]][:5]
+    assert tasks
+    for mode in ("success", "score"):
+        env = ws.make_env(replace(synthetic, webshop_train_reward=mode))
+        for t in tasks:
+            plan = play_expert(env, t, "instruction").actions  # search, click the product, options, buy
+            assert plan[-1] == "click[buy now]"
+            env.reset(t)
+            steps = [env.step(a) for a in [*plan[:2], plan[-1]]]  # the options left out
+            bought = steps[-1]
+            assert bought.done and 0.0 < bought.reward < 1.0 and not bought.won
+            assert [bench.step_reward(o, 10.0) for o in steps[:-1]] == [0.0, 0.0]
+            assert bench.step_reward(bought, 10.0) == (pytest.approx(10.0 * bought.reward) if mode == "score" else 0.0)
+            env.reset(t)
+            won = [env.step(a) for a in plan][-1]
+            assert won.won and bench.step_reward(won, 10.0) == 10.0
+    # the reference reward of an observation without the field (older workers): 10 for a win
+    assert bench.step_reward(Observation(text="", instruction="", admissible_actions=[], state_key="", reward=1.0,
+                                         done=True, won=True), 10.0) == 10.0
+    with pytest.raises(ConfigError, match="env.webshop_train_reward.*choose success or score"):
+        load_config(None, ["env.name=webshop", "env.webshop_train_reward=partial"])
+    with pytest.raises(ValueError, match="unknown WebShop training reward 'partial'"):
+        ws.WebShopEnv(train_reward="partial")
+    # RL's reward is not the warm start's business: one cached warm start serves both
+    base = load_config(None, ["env.name=webshop"])
+    assert warm_start_key(base) == warm_start_key(load_config(None, ["env.name=webshop", "env.webshop_train_reward=score"]))
+
+
 # --------------------------------------------------------------------------- refused actions
 def test_an_invalid_action_is_refused_and_the_gpu_presets_never_stop_on_refusals(synthetic):
     env = ws.make_env(synthetic)

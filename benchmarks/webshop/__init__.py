@@ -31,7 +31,7 @@ from g2po_bench.benchmarks.webshop.catalog import (
     get_catalog,
 )
 from g2po_bench.benchmarks.webshop.download import download_webshop
-from g2po_bench.benchmarks.webshop.env import WebShopEnv
+from g2po_bench.benchmarks.webshop.env import TRAIN_REWARDS, WebShopEnv
 from g2po_bench.benchmarks.webshop.expert import EXPERT_MODES, expert_actions
 from g2po_bench.benchmarks.webshop.goals import Goal
 from g2po_bench.benchmarks.webshop.nouns import NounExtractorError, check_noun_extractor
@@ -51,7 +51,7 @@ from g2po_bench.benchmarks.webshop.tasks import (
     task_for_goal,
 )
 from g2po_bench.core.config import ConfigError, require
-from g2po_bench.core.protocol import check_state_key_rule
+from g2po_bench.core.protocol import Observation, check_state_key_rule
 
 __all__ = [
     "TASK_TYPES",
@@ -119,14 +119,25 @@ class WebShopBenchmark(Benchmark):
     expert_actions = staticmethod(expert_actions)
     expert_response = staticmethod(expert_response)
 
+    def step_reward(self, observation: Observation, success_reward: float) -> float:
+        """``success_reward`` x the purchase's ``info["train_reward"]`` (``env.webshop_train_reward``:
+        1 for a purchase that scores 1, else 0, the reference; or the purchase reward in [0, 1]
+        with ``score``); 0 on every other step. An observation without ``train_reward`` (a
+        purchase of an environment of older code) gets the reference's reward."""
+        if not observation.done:
+            return 0.0
+        return success_reward * float(observation.info.get("train_reward", float(observation.won)))
+
     def validate_config(self, cfg) -> None:
         """The base checks, the observation mode, the reward and its noun extractor (a missing
-        spaCy model fails here, never falls back), the warm start's expert."""
+        spaCy model fails here, never falls back), the warm start's expert, the training reward."""
         super().validate_config(cfg)
         env = cfg.env
         require(env.webshop_observation_mode in ("text", "text_rich"), "env.webshop_observation_mode",
                 "choose text or text_rich")
         require(env.webshop_reward in ("original", "lenient"), "env.webshop_reward", "choose original or lenient")
+        require(env.webshop_train_reward in TRAIN_REWARDS, "env.webshop_train_reward",
+                f"choose {' or '.join(TRAIN_REWARDS)}")
         require(env.webshop_expert in EXPERT_MODES, "env.webshop_expert", f"choose {' or '.join(EXPERT_MODES)}")
         try:
             check_noun_extractor(env.webshop_nouns)

@@ -78,7 +78,7 @@ def load_tasks(cfg: EnvConfig, split: str) -> list[Task]:
 
 def make_env(cfg: EnvConfig) -> WebShopEnv:
     """A WebShop environment for an ``EnvConfig`` (``webshop_observation_mode``,
-    ``state_key``, ``webshop_reward``, ``webshop_nouns``). Cheap: nothing is read until the first reset, which takes the data
+    ``state_key``, ``webshop_reward``, ``webshop_nouns``, ``webshop_train_reward``). Cheap: nothing is read until the first reset, which takes the data
     source from the task payload (or from ``cfg`` when needed); the catalogue and the search
     index then come from the process cache, else from disk."""
     return WebShopEnv(
@@ -89,4 +89,5 @@ def make_env(cfg: EnvConfig) -> WebShopEnv:
         source_factory=functools.partial(source_for, cfg),
         reward_mode=cfg.webshop_reward,
         nouns=cfg.webshop_nouns,
+        train_reward=cfg.webshop_train_reward,
     )

@@ -149,6 +149,11 @@ class EnvConfig:
     # turning results pages) or "instruction" (searches the instruction and buys the best product
     # of the first results page: what a policy that sees only the page can learn; the CPU preset's)
     webshop_expert: str = "reference"
+    # the reward RL trains on (Benchmark.step_reward): "success" (the reference, verl-agent/G2PO:
+    # algorithm.success_reward on a purchase that scores 1, else 0) or "score" (the original
+    # WebShop's graded reward, as Yao et al. 2022 train on it: algorithm.success_reward x the
+    # purchase reward in [0, 1] on the buying step). Evaluations report success and score either way
+    webshop_train_reward: str = "success"
     # AppWorld (benchmarks/appworld): the interpreter with the appworld package (None = find
     # it: $G2PO_APPWORLD_PYTHON, this one, ~/.cache/g2po/appworld-venv), where the synthetic
     # default tasks are built when data_dir is None, the environment's own interaction limit
@@ -686,6 +691,7 @@ HASH_NEUTRAL_DEFAULTS: dict[str, Any] = {
     "model.item_tokens": False,
     "train.sft_first_step_tasks": 0,
     "env.max_train_tasks": 0,
+    "env.webshop_train_reward": "success",
 }
 
 

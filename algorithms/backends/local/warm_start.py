@@ -71,9 +71,11 @@ class WarmStart:
 
 #: env keys that do not change the warm start: the evaluation split, where the generated games
 #: are cached (their content is a function of the generation settings), worker processes, the
-#: state key (the estimator's, resolved per run), the refusal stop (the expert is never refused)
+#: state key (the estimator's, resolved per run), the refusal stop (the expert is never refused),
+#: the reward RL trains on (demonstrations are imitated, never rewarded)
 _NOT_WARM_START_ENV = ("eval_split", "num_workers", "worker_max_episodes", "generated_dir",
-                       "generated_eval_games", "generated_eval_scenes", "state_key", "stop_after_refusals")
+                       "generated_eval_games", "generated_eval_scenes", "state_key", "stop_after_refusals",
+                       "webshop_train_reward")
 #: SFT options added after warm starts were cached: at these (neutral) values they change nothing,
 #: so they stay out of the key and the caches built before them remain valid
 _NEUTRAL_SFT = {"sft_stall_prob": 0.0, "sft_recovery_prob": 0.0, "sft_detour_open_prob": 0.0,
