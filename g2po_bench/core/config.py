@@ -152,7 +152,9 @@ class EnvConfig:
     # the reward RL trains on (Benchmark.step_reward): "success" (the reference, verl-agent/G2PO:
     # algorithm.success_reward on a purchase that scores 1, else 0) or "score" (the original
     # WebShop's graded reward, as Yao et al. 2022 train on it: algorithm.success_reward x the
-    # purchase reward in [0, 1] on the buying step). Evaluations report success and score either way
+    # purchase reward in [0, 1] on the buying step). Evaluations report success and score either way.
+    # G2PO, CRBC and GraphGPO value an episode's end by its success, not its reward: under "score"
+    # G2PO penalises buying below a score of 1 (docs/webshop-cpu.md)
     webshop_train_reward: str = "success"
     # AppWorld (benchmarks/appworld): the interpreter with the appworld package (None = find
     # it: $G2PO_APPWORLD_PYTHON, this one, ~/.cache/g2po/appworld-venv), where the synthetic
