@@ -203,6 +203,12 @@ class Benchmark(ABC):
     downloads: ClassVar[bool] = False
     generates: ClassVar[bool] = False
 
+    def tokenizer_words(self, cfg: EnvConfig) -> list[str]:
+        """Strings the tiny CPU model's tokenizer keeps as one token each when
+        ``model.item_tokens`` is on (ids a policy copies from an observation into an action,
+        such as WebShop's product ids); [] (the default) adds none."""
+        return []
+
     def describe_data(self, path: Path) -> str:
         """Where :meth:`download` put the data, as ``g2po data download`` reports it."""
         return str(path)

@@ -27,7 +27,8 @@ __all__ = ["select_panel", "evaluate"]
 
 
 def _ci(values: list[float]) -> list[float] | None:
-    """95 % percentile-bootstrap interval of the mean of 0/1 values (None for < 2 values)."""
+    """95 % percentile-bootstrap interval of the mean of ``values`` (0/1 successes or episode
+    scores; None for < 2 values)."""
     if len(values) < 2:
         return None
     lo, hi = bootstrap_ci(values, confidence=0.95, n_boot=2000, seed=0)
@@ -114,7 +115,8 @@ def evaluate(
         0 for an episode that never buys, the benchmark's ``episode_score_default``; None where the
         environment reports none; a benchmark's ``episode_set_score(trajectories)`` when it has one),
         ``episode_scores`` (one score per episode in panel order, where the environment reports
-        scores),
+        scores) and ``score_ci`` (the 95 % percentile-bootstrap interval of their mean, the
+        interval of ``success_ci`` for scores),
         ``mean_steps, invalid_frac``, ``truncated_prompts`` (number of
         steps whose prompt was cut to the policy's ``max_prompt_tokens``), ``truncated_responses``
         (fraction of steps whose response was cut at ``max_new_tokens``), and ``episodes``: one
@@ -157,7 +159,7 @@ def evaluate(
         "per_task_type": success_by_task_type(trajs),
         "per_task_type_ci": {k: _ci(v) for k, v in sorted(by_type.items())},
         "episodes": [[t["task_id"], int(t["success"])] for t in trajs],
-        **({"episode_scores": episode_scores} if episode_scores is not None else {}),
+        **({"episode_scores": episode_scores, "score_ci": _ci(episode_scores)} if episode_scores is not None else {}),
         "num_episodes": len(trajs),
         "panel_size": len(panel),
         "score": float(np.mean(scores)) if scores else None,

@@ -100,7 +100,9 @@ def test_keys_added_at_their_default_keep_the_committed_run_ids():
         assert resolve_run_id(cfg) == name
     neutral = ["train.mini_batch_split=fixed"]  # the cut whose value stays out of the hash
     base = load_config(None, neutral)
-    other = {"env.allow_incomplete_eval_split": "true", "train.mini_batch_split": "balanced"}
+    other = {"env.allow_incomplete_eval_split": "true", "train.mini_batch_split": "balanced",
+             "env.webshop_expert": "instruction", "train.sft_micro_batch_size": "4", "model.item_tokens": "true",
+             "train.sft_first_step_tasks": "100"}
     assert set(other) <= set(HASH_NEUTRAL_DEFAULTS)
     for key, value in other.items():  # one key away from the neutral config
         assert config_hash(load_config(None, [*neutral, f"{key}={value}"])) != config_hash(base), key

@@ -173,9 +173,44 @@ def test_cpu_ablation_reuses_the_committed_main_cells_and_ablates_one_axis_each(
             assert cfg == ref, method
 
 
+WEBSHOP_CPU_ESTIMATORS = {"grpo": ("mean_norm", "reference"), "gigpo": ("mean_std_norm", "raw"),
+                          "g2po": ("mean_norm", "reference"), "crbc": ("mean_norm", "reference"),
+                          "hgpo": ("mean_norm", "raw"), "graphgpo": ("mean_norm", "raw"),
+                          "empg": ("mean_norm", "reference")}
+
+
+def test_webshop_cpu_spec_is_the_preset_with_seven_estimators_and_three_seeds(tmp_path, monkeypatch):
+    """The WebShop comparison: the cpu_proxy's seven estimators x 3 seeds on ``--preset
+    webshop_cpu``, each with its WebShop mode (GiGPO w/ std: mean_std_norm; the others the
+    preset's mean_norm) and its own state key; apart from those, the seed, the device and the
+    data folder (``G2PO_WEBSHOP_DATA``), every run is the preset."""
+    from g2po_bench.core.config import config_to_dict
+    from g2po_bench.runconfig import load_config
+
+    monkeypatch.setenv("G2PO_WEBSHOP_DATA", str(tmp_path))
+    runs = expand(load_spec("webshop_cpu"))
+    assert len(runs) == 21 and len({r.run_id for r in runs}) == 21
+    got = {(_cfg(r)["algorithm"]["name"], _cfg(r)["algorithm"]["mode"], _cfg(r)["env"]["state_key"], r.seed)
+           for r in runs}
+    assert got == {(name, mode, key, s) for name, (mode, key) in WEBSHOP_CPU_ESTIMATORS.items() for s in range(3)}
+    preset = config_to_dict(load_config(None, [f"env.data_dir={tmp_path}"], preset="webshop_cpu"))
+    for r in runs:
+        cfg = _cfg(r)
+        assert r.preset == "webshop_cpu" and cfg["env"]["data_dir"] == str(tmp_path)
+        for section in ("train", "eval", "model"):
+            for key, value in preset[section].items():
+                if (section, key) != ("model", "device"):
+                    assert cfg[section][key] == value, (section, key)
+        assert {k: v for k, v in cfg["env"].items() if k != "state_key"} == \
+            {k: v for k, v in preset["env"].items() if k != "state_key"}
+        assert cfg["algorithm"]["options"] == {} and cfg["model"]["device"] == "cpu"
+    assert all(r.resources.gpus == 0 and r.resources.cpus == 2 for r in runs)
+
+
 def test_every_spec_in_the_folder_is_covered():
     assert {p.stem for p in SPEC_DIR.glob("*.yaml")} == set(PAPER_SPECS) | {"smoke", "cpu_proxy", "cpu_ablation",
-                                                                          "credit_trained", "credit_warm_start"}
+                                                                          "credit_trained", "credit_warm_start",
+                                                                          "webshop_cpu"}
 
 
 def test_missing_variable_names_the_environment_variable(monkeypatch):

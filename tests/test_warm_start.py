@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 from test_train import TOY as TRAIN_TOY
 
@@ -24,7 +25,8 @@ def test_key_ignores_seed_estimator_and_rl_settings_but_not_the_warm_start_setti
     same = [_cfg(tmp_path, "seed=7"), _cfg(tmp_path, "algorithm.name=grpo"), _cfg(tmp_path, "train.lr=1e-5"),
             _cfg(tmp_path, "eval.num_tasks=3"), _cfg(tmp_path, "train.iterations=9"),
             _cfg(tmp_path, "model.num_threads=2"), _cfg(tmp_path, "env.generated_dir=/elsewhere"),
-            _cfg(tmp_path, "env.webshop_reward=lenient"), _cfg(tmp_path, "env.num_workers=2"),
+            _cfg(tmp_path, "env.webshop_reward=lenient"), _cfg(tmp_path, "env.webshop_expert=instruction"),
+            _cfg(tmp_path, "env.num_workers=2"),
             _cfg(tmp_path, "env.stop_after_refusals=0")]
     for cfg in same:
         assert warm_start_key(cfg) == warm_start_key(base)
@@ -32,13 +34,18 @@ def test_key_ignores_seed_estimator_and_rl_settings_but_not_the_warm_start_setti
              _cfg(tmp_path, "model.hidden_size=64"), _cfg(tmp_path, "env.max_steps=5"),
              _cfg(tmp_path, "train.warm_start_seed=1"), _cfg(tmp_path, "env.history_length=1"),
              _cfg(tmp_path, "train.sft_stall_prob=0.2"), _cfg(tmp_path, "train.sft_recovery_prob=0.5"),
-             _cfg(tmp_path, "train.sft_detour_open_prob=0.5")]
+             _cfg(tmp_path, "train.sft_detour_open_prob=0.5"), _cfg(tmp_path, "train.sft_micro_batch_size=4"),
+             _cfg(tmp_path, "train.sft_first_step_tasks=10"), _cfg(tmp_path, "model.item_tokens=true"),
+             _cfg(tmp_path, "env.max_train_tasks=4")]
     keys = {warm_start_key(c) for c in other}
     assert warm_start_key(base) not in keys and len(keys) == len(other)
     assert warm_start_settings(base)["train"]["sft_epochs"] == 2
     # options added later stay out of the key at their neutral value (older caches stay valid)
     assert "sft_stall_prob" not in warm_start_settings(base)["train"]
     assert "sft_detour_open_prob" not in warm_start_settings(_cfg(tmp_path, "train.sft_detour_open_prob=0"))["train"]
+    settings = warm_start_settings(base)
+    assert {"sft_micro_batch_size", "sft_first_step_tasks"}.isdisjoint(settings["train"])
+    assert "item_tokens" not in settings["model"] and "max_train_tasks" not in settings["env"]
 
 
 def _weights(path):
@@ -320,6 +327,28 @@ def test_rl_without_demos_never_plays_a_demonstration_task(tmp_path):
     for f in sorted((run.root / "steps").glob("iter_*.parquet")):
         played |= set(pd.read_parquet(f).task_id)
     assert played and not played & demo_ids
+
+
+def test_max_train_tasks_trains_and_imitates_only_the_first_tasks_of_the_split(tmp_path):
+    import pandas as pd
+
+    from g2po_bench.algorithms.backends.common import load_task_splits, training_tasks
+    from g2po_bench.benchmarks.registry import get_benchmark
+
+    cfg = _cfg(tmp_path, "env.max_train_tasks=2", "train.iterations=2", "train.groups_per_batch=4")
+    bench = get_benchmark(cfg.env.name)
+    every = bench.load_tasks(cfg.env, cfg.env.train_split)
+    assert len(every) > 2 and [t.task_id for t in training_tasks(cfg, bench)] == [t.task_id for t in every[:2]]
+    assert load_task_splits(cfg, bench)[0] == training_tasks(cfg, bench)
+    run = run_train(cfg)
+    played = set()
+    for f in sorted((run.root / "steps").glob("iter_*.parquet")):
+        played |= set(pd.read_parquet(f).task_id)
+    assert played == {t.task_id for t in every[:2]}
+    setup = json.loads((run.root / "setup.json").read_text())
+    assert setup["demo/tasks"] == 2
+    with pytest.raises(ValueError, match="env.max_train_tasks"):
+        _cfg(tmp_path, "env.max_train_tasks=-1")
 
 
 def test_a_stop_request_during_sft_ends_the_run_cleanly_without_caching_a_half_warm_start(tmp_path, monkeypatch,

@@ -188,3 +188,12 @@ def test_score_counts_every_episode_a_non_buyer_scores_zero(cfg):
     assert ev["success_rate"] == 0.5 and ev["num_episodes"] == 6
     assert ev["score"] == pytest.approx(50.0)
     assert sorted(ev["episode_scores"]) == [0.0, 0.0, 0.0, 100.0, 100.0, 100.0]
+    # the score's interval is the success interval's bootstrap, over the episode scores
+    from g2po_bench.algorithms.backends.progress import format_rate_ci
+    from g2po_bench.core.stats import bootstrap_ci
+
+    lo, hi = bootstrap_ci(ev["episode_scores"], confidence=0.95, n_boot=2000, seed=0)
+    assert ev["score_ci"] == [lo, hi] and 0.0 <= lo < 50.0 < hi <= 100.0
+    s_lo, s_hi = ev["success_ci"]
+    assert format_rate_ci(ev) == (f"50.0 % [{100 * s_lo:.1f}, {100 * s_hi:.1f}] (n=6), "
+                                  f"score 50.0 [{lo:.1f}, {hi:.1f}]")

@@ -40,7 +40,7 @@ from g2po_bench.core.steptable import BASE_COLUMNS, write_step_table
 
 __all__ = ["STALE_SAMPLER_GAP", "StaleSamplerWarning", "SamplerGapMonitor", "needs_critic",
            "eval_summary", "eval_record",
-           "at_train_temperature", "train_temperature_eval_due", "load_task_splits",
+           "at_train_temperature", "train_temperature_eval_due", "load_task_splits", "training_tasks",
            "training_rollouts", "training_rollout_settings", "evaluate_panel", "record_evaluation",
            "rollout_metrics", "eval_metrics",
            "step_table_columns", "record_step_table", "ACTION_CHARS", "TruncationWarnings",
@@ -102,15 +102,22 @@ def eval_record(cfg, history: list[dict[str, Any]], train_temperature_evals: dic
     return rec
 
 
+def training_tasks(cfg, bench) -> list:
+    """The training tasks of ``cfg.env``: ``cfg.env.train_split`` in the benchmark's order, its
+    first ``cfg.env.max_train_tasks`` only when that is > 0 (tests and quick studies)."""
+    tasks = bench.load_tasks(cfg.env, cfg.env.train_split)
+    return tasks[:cfg.env.max_train_tasks] if cfg.env.max_train_tasks > 0 else tasks
+
+
 def load_task_splits(cfg, bench) -> tuple[list, list]:
-    """(training tasks, evaluation panel) of ``cfg.env``: ``cfg.env.train_split`` whole and
-    the panel of ``cfg.eval.num_tasks`` tasks of ``cfg.env.eval_split``
+    """(training tasks, evaluation panel) of ``cfg.env``: :func:`training_tasks` and the panel of
+    ``cfg.eval.num_tasks`` tasks of ``cfg.env.eval_split``
     (:func:`g2po_bench.benchmarks.evaluation.select_panel`).
 
     Raises:
         ValueError: the training split holds no task.
     """
-    train_tasks = bench.load_tasks(cfg.env, cfg.env.train_split)
+    train_tasks = training_tasks(cfg, bench)
     if not train_tasks:
         raise ValueError(f"no training tasks in split {cfg.env.train_split!r}")
     panel = select_panel(bench.load_tasks(cfg.env, cfg.env.eval_split), cfg.eval.num_tasks)
@@ -126,6 +133,21 @@ def demonstration_tasks(cfg, train_tasks: list) -> list:
         return list(train_tasks)
     idx = np.linspace(0, len(train_tasks) - 1, k).round().astype(int)
     return [train_tasks[i] for i in sorted(set(idx.tolist()))]
+
+
+def first_step_tasks(cfg, train_tasks: list) -> list:
+    """The training tasks whose expert's *first* step alone the warm start imitates besides the
+    whole demonstrations (``train.sft_first_step_tasks``): at most that many of ``train_tasks``
+    without those of :func:`demonstration_tasks`, evenly spaced over them (deterministic)."""
+    k = cfg.train.sft_first_step_tasks
+    if k <= 0:
+        return []
+    whole = {t.task_id for t in demonstration_tasks(cfg, train_tasks)}
+    rest = [t for t in train_tasks if t.task_id not in whole]
+    if len(rest) <= k:
+        return rest
+    idx = np.linspace(0, len(rest) - 1, k).round().astype(int)
+    return [rest[i] for i in sorted(set(idx.tolist()))]
 
 
 def rl_tasks(cfg, train_tasks: list) -> list:

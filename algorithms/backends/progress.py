@@ -22,12 +22,17 @@ __all__ = ["RunProgress", "PhaseHandle", "format_rate_ci"]
 
 
 def format_rate_ci(ev: dict[str, Any] | None) -> str:
-    """``"41.7 % [33.3, 50.8] (n=120)"`` from an EVAL record with ``success_ci`` (fractions)."""
+    """``"41.7 % [33.3, 50.8] (n=120)"`` from an EVAL record with ``success_ci`` (fractions); with
+    a score (WebShop's mean reward x 100) it follows: ``"..., score 55.1 [50.2, 60.0]"``."""
     if not ev:
         return "n/a"
     ci = ev.get("success_ci")
     ci_txt = f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci else ""
-    return f"{100 * ev['success_rate']:.1f} %{ci_txt} (n={ev['num_episodes']})"
+    out = f"{100 * ev['success_rate']:.1f} %{ci_txt} (n={ev['num_episodes']})"
+    if ev.get("score") is not None and ev.get("episode_scores") is not None:
+        sci = ev.get("score_ci")
+        out += f", score {ev['score']:.1f}" + (f" [{sci[0]:.1f}, {sci[1]:.1f}]" if sci else "")
+    return out
 
 
 class PhaseHandle:

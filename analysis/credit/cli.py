@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from g2po_bench.algorithms.backends.common import rl_tasks
+from g2po_bench.algorithms.backends.common import rl_tasks, training_tasks
 from g2po_bench.algorithms.backends.progress import RunProgress
 from g2po_bench.analysis.credit.pool import PoolError, pool_records
 from g2po_bench.analysis.credit.record import (
@@ -349,7 +349,7 @@ def run_study_command(args, console) -> tuple[Path, dict[str, Any]]:
 
         torch.set_num_threads(torch_threads(cfg))
     with progress.phase("loading tasks", key="tasks"):
-        train_tasks = bench.load_tasks(cfg.env, cfg.env.train_split)
+        train_tasks = training_tasks(cfg, bench)
         pool_tasks = rl_tasks(cfg, train_tasks) if args.split is None else bench.load_tasks(cfg.env, args.split)
         n_tasks = settings.groups if args.target_half_width is None else max(settings.groups, min(args.max_groups,
                                                                                                    len(pool_tasks)))

@@ -24,13 +24,23 @@ eval = the next as many, train = the next ``env.generated_train_games``).
 from __future__ import annotations
 
 from g2po_bench.benchmarks.base import Benchmark
-from g2po_bench.benchmarks.webshop.catalog import Catalog, DataSource
+from g2po_bench.benchmarks.webshop.catalog import (
+    Catalog,
+    DataSource,
+    default_cache_root,
+    get_catalog,
+)
 from g2po_bench.benchmarks.webshop.download import download_webshop
-from g2po_bench.benchmarks.webshop.env import WebShopEnv
-from g2po_bench.benchmarks.webshop.expert import expert_actions
+from g2po_bench.benchmarks.webshop.env import TRAIN_REWARDS, WebShopEnv
+from g2po_bench.benchmarks.webshop.expert import EXPERT_MODES, expert_actions
 from g2po_bench.benchmarks.webshop.goals import Goal
 from g2po_bench.benchmarks.webshop.nouns import NounExtractorError, check_noun_extractor
-from g2po_bench.benchmarks.webshop.prompt import build_prompt, expert_response, format_observation
+from g2po_bench.benchmarks.webshop.prompt import (
+    PROMPT_STYLES,
+    build_prompt,
+    expert_response,
+    format_observation,
+)
 from g2po_bench.benchmarks.webshop.speed import main as speed_benchmark_main
 from g2po_bench.benchmarks.webshop.tasks import (
     PROJECTION,
@@ -41,7 +51,7 @@ from g2po_bench.benchmarks.webshop.tasks import (
     task_for_goal,
 )
 from g2po_bench.core.config import ConfigError, require
-from g2po_bench.core.protocol import check_state_key_rule
+from g2po_bench.core.protocol import Observation, check_state_key_rule
 
 __all__ = [
     "TASK_TYPES",
@@ -88,6 +98,7 @@ class WebShopBenchmark(Benchmark):
     name = "webshop"
     task_types = TASK_TYPES
     projection = PROJECTION
+    prompt_styles = PROMPT_STYLES  # reference (the default, real models) and compact (the tiny CPU model)
     reference_max_steps = 15  # the papers' step limit (the GPU presets' env.max_steps)
     agent_intro = (
         'You are an expert autonomous agent operating in the WebShop e-commerce environment. You '
@@ -108,14 +119,26 @@ class WebShopBenchmark(Benchmark):
     expert_actions = staticmethod(expert_actions)
     expert_response = staticmethod(expert_response)
 
+    def step_reward(self, observation: Observation, success_reward: float) -> float:
+        """``success_reward`` x the purchase's ``info["train_reward"]`` (``env.webshop_train_reward``:
+        1 for a purchase that scores 1, else 0, the reference; or the purchase reward in [0, 1]
+        with ``score``); 0 on every other step. An observation without ``train_reward`` (a
+        purchase of an environment of older code) gets the reference's reward."""
+        if not observation.done:
+            return 0.0
+        return success_reward * float(observation.info.get("train_reward", float(observation.won)))
+
     def validate_config(self, cfg) -> None:
         """The base checks, the observation mode, the reward and its noun extractor (a missing
-        spaCy model fails here, never falls back)."""
+        spaCy model fails here, never falls back), the warm start's expert, the training reward."""
         super().validate_config(cfg)
         env = cfg.env
         require(env.webshop_observation_mode in ("text", "text_rich"), "env.webshop_observation_mode",
                 "choose text or text_rich")
         require(env.webshop_reward in ("original", "lenient"), "env.webshop_reward", "choose original or lenient")
+        require(env.webshop_train_reward in TRAIN_REWARDS, "env.webshop_train_reward",
+                f"choose {' or '.join(TRAIN_REWARDS)}")
+        require(env.webshop_expert in EXPERT_MODES, "env.webshop_expert", f"choose {' or '.join(EXPERT_MODES)}")
         try:
             check_noun_extractor(env.webshop_nouns)
         except NounExtractorError as exc:
@@ -123,6 +146,15 @@ class WebShopBenchmark(Benchmark):
 
     def download(self, dest):
         return download_webshop(dest)
+
+    def tokenizer_words(self, cfg):
+        """What a policy copies into its clicks: the catalogue's product ids, as results pages show
+        them (``B07XTK3P89``) and in lower case (``click[b07xtk3p89]``, as the projection records an
+        action), then its option values (``x-large``, ``28" x 28"``: an instruction names them and
+        an item page lists them), each in catalogue order."""
+        catalog = get_catalog(source_for(cfg), cache_root=str(default_cache_root(cfg.cache_dir)))
+        ids = [a for p in catalog.products for a in (p.asin, p.asin.lower())]
+        return ids + list(dict.fromkeys(v for p in catalog.products for vs in p.options.values() for v in vs))
 
     def make_state_key_rule(self, rule):
         """WebShop keys the page text after the instruction (``"reference"``) or the whole

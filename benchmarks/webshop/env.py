@@ -14,7 +14,9 @@ at the start; the argument is lowercased):
   (item page), an option value (sets that option, item page again), ``buy now`` (done:
   reward, end of episode).
 - Anything else is invalid: the state and the observation stay as they were, reward 0,
-  the episode goes on (``info["valid"]`` is False).
+  the episode goes on (``info["valid"]`` is False, and ``info["refused"]`` True: the rollout
+  engine's ``env.stop_after_refusals`` may end an episode stuck on refused actions; the
+  reference, and the WebShop GPU presets, never end one for that).
 
 Not reproduced: the debugging search prefixes ``<r>``, ``<a>``, ``<c>``, ``<q>`` (plain text
 here), the ``Attributes`` sub-page (off by default in the original, ``show_attrs=False``).
@@ -32,9 +34,12 @@ as the original); ``state_key`` = the page text after the instruction as verl-ag
 ``format_obs`` writes it (``state_key="reference"``; :func:`g2po_bench.benchmarks.webshop.prompt.format_observation`)
 or the full observation (``state_key="raw"``); ``reward`` = the purchase reward in [0, 1]
 on ``buy now`` else 0; ``won`` = done and reward == 1.0; ``info``: ``page``, ``valid``,
-and on purchase ``score`` (reward x 100), ``task_score`` (reward), ``asin``, ``options``,
-``reward_info`` (terms) and ``noun_extractor``. The episode reward of the trainer (10 on
-success, else 0) and the step limit (15) are the rollout engine's business.
+``refused`` (= not ``valid``), and on purchase ``score`` (reward x 100), ``task_score`` (reward),
+``train_reward`` (the fraction of the success reward RL gets: 1 or 0 for a win or not, or the
+reward itself with ``train_reward="score"``), ``asin``, ``options``, ``reward_info`` (terms) and
+``noun_extractor``. The trainer's step reward (:meth:`WebShopBenchmark.step_reward
+<g2po_bench.benchmarks.webshop.WebShopBenchmark.step_reward>`: 10 x ``train_reward`` on the
+purchase) and the step limit (15) are the rollout engine's business.
 """
 
 from __future__ import annotations
@@ -70,9 +75,11 @@ from g2po_bench.core.protocol import (
     check_state_key_rule,
 )
 
-__all__ = ["WebShopEnv", "parse_action", "OBSERVATION_MODES", "STATE_KEYS", "SEARCH_PLACEHOLDER"]
+__all__ = ["WebShopEnv", "parse_action", "OBSERVATION_MODES", "STATE_KEYS", "SEARCH_PLACEHOLDER", "TRAIN_REWARDS"]
 
 OBSERVATION_MODES = ("text", "text_rich")
+#: ``env.webshop_train_reward``: the reward RL trains on (reference: success; the original WebShop: score)
+TRAIN_REWARDS = ("success", "score")
 STATE_KEYS = STATE_KEY_RULES  # the rules WebShopEnv keys with
 #: the search entry of the admissible-action list (verl-agent's wording)
 SEARCH_PLACEHOLDER = "search[<your query>]"
@@ -106,9 +113,13 @@ class WebShopEnv(Environment):
         catalog: an already loaded catalogue (tests, benchmarks).
         source_factory: a picklable callable returning the :class:`DataSource`, called on
             first need when ``source`` is None and no task has given one.
+        train_reward: what a purchase's ``info["train_reward"]`` holds, the fraction of
+            ``algorithm.success_reward`` RL gets for it (``env.webshop_train_reward``):
+            ``"success"`` (1.0 for a purchase that scores 1, else 0.0; the reference) or
+            ``"score"`` (the purchase reward itself, in [0, 1]).
 
     Raises:
-        ValueError: unknown observation mode, state key or reward mode.
+        ValueError: unknown observation mode, state key, reward mode or training reward.
         g2po_bench.benchmarks.webshop.nouns.NounExtractorError: the noun extractor is not installed.
     """
 
@@ -125,13 +136,17 @@ class WebShopEnv(Environment):
         source_factory: Callable[[], DataSource] | None = None,
         reward_mode: str = "original",
         nouns: str = DEFAULT_NOUN_EXTRACTOR,
+        train_reward: str = "success",
     ) -> None:
         if observation_mode not in OBSERVATION_MODES:
             raise ValueError(f"unknown WebShop observation mode {observation_mode!r}; choose text or text_rich")
         check_state_key_rule(state_key)
         if reward_mode not in REWARD_MODES:
             raise ValueError(f"unknown WebShop reward mode {reward_mode!r}; choose original or lenient")
+        if train_reward not in TRAIN_REWARDS:
+            raise ValueError(f"unknown WebShop training reward {train_reward!r}; choose success or score")
         self.reward_mode = reward_mode
+        self.train_reward = train_reward
         self.nouns = nouns
         self._noun_extractor = noun_extractor_name(nouns)  # fails now when not installed
         self.source = source if source is not None or catalog is None else catalog.source
@@ -285,7 +300,8 @@ class WebShopEnv(Environment):
         self.done = True
         self.page = done_page(self.asin, self.options, reward)
         self.url = f"/done/{self.session}/{self.asin}/{self.options}"
-        extra = {"score": reward * 100.0, "task_score": reward, "asin": self.asin,
+        trained = reward if self.train_reward == "score" else float(reward == 1.0)
+        extra = {"score": reward * 100.0, "task_score": reward, "train_reward": trained, "asin": self.asin,
                  "options": dict(self.options), "price": price, "reward_info": details,
                  "noun_extractor": details["noun_extractor"]}
         return self._observe(valid=True, reward=reward, done=True, extra=extra)
@@ -310,7 +326,7 @@ class WebShopEnv(Environment):
         text = self.render()
         instruction = self.goal.instruction_text.strip()  # as shown (a stripped text node)
         key = format_observation(text, instruction) if self.state_key_rule == "reference" else text
-        info: dict[str, Any] = {"page": self.page.kind, "valid": valid}
+        info: dict[str, Any] = {"page": self.page.kind, "valid": valid, "refused": not valid}
         if extra:
             info.update(extra)
         return Observation(

@@ -1,7 +1,10 @@
-"""A scripted WebShop expert: search, open the target, choose the goal options, buy.
+"""Scripted WebShop experts: search, open a product, choose the goal options, buy.
 
-The expert knows the goal (the target ASIN and options) and may look at the search engine
-to pick its query, but acts only through the environment:
+Two experts (:data:`EXPERT_MODES`; ``env.webshop_expert``). Both know the goal (the target ASIN,
+attributes and options) and act only through the environment.
+
+``"reference"`` (the default) finds the target product, looking at the search engine to pick
+its query:
 
 1. query: the first of these that puts the target among the 50 hits, the earliest page
    winning: the instruction text, the target's title, the goal's scraping query (``[``
@@ -11,6 +14,17 @@ to pick its query, but acts only through the environment:
 3. ``click[value]`` for each goal option value (synthetic goals: exact values; human goals:
    the product option value with the best ``token_set_ratio`` above 85, skipped otherwise);
 4. ``click[buy now]``.
+
+``"instruction"`` acts as an agent that reads only the page could: it searches the instruction
+text (``[`` and ``]`` removed), never turns a results page, and opens the product of the first
+results page whose purchase would score best for the goal (the purchase reward of
+:mod:`~g2po_bench.benchmarks.webshop.reward` with the goal's option values that product offers;
+ties go to the higher-ranked result), then clicks those option values and buys. It need not
+open the target: another product of the page may match every requirement (the reward judges
+the purchase, not the ASIN). Every query of its demonstrations is a copy of the instruction
+and every click names a button of the current page, so a policy can learn all of it from the
+prompt (the tiny CPU model's warm start, ``--preset webshop_cpu``); where no product of the
+first page can score 1, it still buys the best one and the demonstration fails.
 
 :func:`expert_actions` returns the actions actually taken through a fresh environment.
 """
@@ -25,10 +39,14 @@ from thefuzz import fuzz
 from g2po_bench.benchmarks.webshop.catalog import Catalog, DataSource, get_catalog
 from g2po_bench.benchmarks.webshop.env import WebShopEnv
 from g2po_bench.benchmarks.webshop.goals import Goal
+from g2po_bench.benchmarks.webshop.reward import purchase_reward
 from g2po_bench.benchmarks.webshop.search import PRODUCT_WINDOW, SEARCH_RETURN_N
 from g2po_bench.core.protocol import Observation, Task
 
-__all__ = ["ExpertResult", "plan_query", "play_expert", "expert_actions"]
+__all__ = ["EXPERT_MODES", "ExpertResult", "plan_query", "best_on_page", "play_expert", "expert_actions"]
+
+#: ``env.webshop_expert``: the experts of the warm start's demonstrations (module docstring)
+EXPERT_MODES = ("reference", "instruction")
 
 
 @dataclass
@@ -76,8 +94,10 @@ def plan_query(catalog: Catalog, goal: Goal) -> tuple[str, int | None]:
     return best
 
 
-def _option_clicks(catalog: Catalog, goal: Goal) -> list[str]:
-    product = catalog.by_asin[goal.asin]
+def _option_clicks(catalog: Catalog, goal: Goal, asin: str | None = None) -> list[str]:
+    """The option values to click on product ``asin`` (default: the target) for the goal's
+    option values: exact, else the best ``token_set_ratio`` above 85, else none."""
+    product = catalog.by_asin[asin or goal.asin]
     values = [v for vs in product.options.values() for v in vs]
     clicks = []
     for want in goal.option_values:
@@ -92,21 +112,67 @@ def _option_clicks(catalog: Catalog, goal: Goal) -> list[str]:
     return clicks
 
 
-def play_expert(env: WebShopEnv, task: Task) -> ExpertResult:
-    """Play the expert on ``task`` through ``env`` (reset included)."""
+def best_on_page(env: WebShopEnv, goal: Goal, hits: list[int]) -> tuple[str, list[str], float]:
+    """The product of ``hits`` (catalogue indices in rank order) whose purchase with the goal's
+    option values it offers (:func:`_option_clicks`) would score best for ``goal``, with the
+    environment's reward settings; ties go to the earlier hit.
+
+    Returns:
+        (ASIN, option values to click, the reward that purchase would get).
+
+    Raises:
+        ValueError: ``hits`` is empty.
+    """
+    if not hits:
+        raise ValueError("no product to choose from: the search returned no hit")
+    catalog = env.catalog
+    best: tuple[str, list[str], float] | None = None
+    for i in hits:
+        product = catalog.products[i]
+        clicks = _option_clicks(catalog, goal, product.asin)
+        names = {v: n for n, vs in product.options.items() for v in vs}
+        chosen: dict[str, str] = {}
+        for v in clicks:  # as the environment records clicks: one value per option name
+            chosen[names[v].lower()] = v
+        reward, _ = purchase_reward(product, goal, catalog.prices[product.asin], chosen,
+                                    mode=env.reward_mode, nouns=env.nouns)
+        if best is None or reward > best[2]:
+            best = (product.asin, clicks, reward)
+    assert best is not None
+    return best
+
+
+def play_expert(env: WebShopEnv, task: Task, mode: str = "reference") -> ExpertResult:
+    """Play the expert ``mode`` (:data:`EXPERT_MODES`) on ``task`` through ``env`` (reset included).
+
+    Raises:
+        ValueError: an unknown ``mode``.
+    """
+    if mode not in EXPERT_MODES:
+        raise ValueError(f"unknown WebShop expert {mode!r}; choose one of {', '.join(EXPERT_MODES)}")
     res = ExpertResult()
     obs = env.reset(task)
     goal = env.goal
     assert goal is not None
     catalog = env.catalog
-    query, page = plan_query(catalog, goal)
-    res.query, res.page = query, page
-    plan = [f"search[{query}]"]
-    if page is not None:
-        plan += ["click[next >]"] * (page - 1)
-        plan.append(f"click[{goal.asin.lower()}]")
-        plan += [f"click[{v}]" for v in _option_clicks(catalog, goal)]
-        plan.append("click[buy now]")
+    if mode == "instruction":
+        query = _clean_query(goal.instruction_text)
+        hits = catalog.search.search(query.lower(), SEARCH_RETURN_N)[:PRODUCT_WINDOW]
+        res.query = query
+        plan = [f"search[{query}]"]
+        if hits:
+            asin, clicks, _ = best_on_page(env, goal, hits)
+            res.page = 1 if asin == goal.asin else None
+            plan += [f"click[{asin.lower()}]", *(f"click[{v}]" for v in clicks), "click[buy now]"]
+    else:
+        query, page = plan_query(catalog, goal)
+        res.query, res.page = query, page
+        plan = [f"search[{query}]"]
+        if page is not None:
+            plan += ["click[next >]"] * (page - 1)
+            plan.append(f"click[{goal.asin.lower()}]")
+            plan += [f"click[{v}]" for v in _option_clicks(catalog, goal)]
+            plan.append("click[buy now]")
     for action in plan:
         res.observations.append(obs)
         res.actions.append(action)
@@ -123,7 +189,8 @@ def play_expert(env: WebShopEnv, task: Task) -> ExpertResult:
         if not obs.won and not res.failure:
             res.failure = f"bought with reward {obs.reward:.3f} ({res.info})"
     elif not res.failure:
-        res.failure = "target not among the 50 hits of any query"
+        res.failure = ("the search returned no product" if mode == "instruction"
+                       else "target not among the 50 hits of any query")
     return res
 
 
@@ -132,10 +199,12 @@ _ENVS: dict[str, WebShopEnv] = {}
 
 def expert_actions(task: Task) -> list[str]:
     """The expert's action sequence for a WebShop task, computed by playing it through a
-    ``text``-mode environment on the task's own data source (``payload["source"]``).
+    ``text``-mode environment on the task's own data source (``payload["source"]``); the
+    expert is ``payload["expert"]`` (:data:`EXPERT_MODES`; ``env.webshop_expert``, absent =
+    ``"reference"``).
 
     Raises:
-        ValueError: the task is not a WebShop task with a data source.
+        ValueError: the task is not a WebShop task with a data source, or names an unknown expert.
     """
     payload = task.payload if isinstance(task.payload, dict) else {}
     src = payload.get("source")
@@ -146,4 +215,4 @@ def expert_actions(task: Task) -> list[str]:
     if env is None:
         env = WebShopEnv(catalog=get_catalog(source, cache_root=payload.get("cache_root")))
         _ENVS[source.key] = env
-    return play_expert(env, task).actions
+    return play_expert(env, task, payload.get("expert", "reference")).actions

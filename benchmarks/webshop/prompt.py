@@ -28,14 +28,21 @@ from typing import Any
 from g2po_bench.core.protocol import Observation
 
 __all__ = [
+    "PROMPT_STYLES",
     "TEMPLATE",
     "TEMPLATE_NO_HISTORY",
     "MAX_PROMPT_CHARS",
     "format_observation",
     "format_actions",
     "build_prompt",
+    "build_compact_prompt",
+    "page_text",
     "expert_response",
 ]
+
+#: prompt styles (``env.prompt``): ``"reference"`` (verl-agent/G2PO's template, for real models)
+#: and ``"compact"`` (a short transcript for the tiny CPU model, :func:`build_compact_prompt`)
+PROMPT_STYLES = ("reference", "compact")
 
 _INSTRUCTIONS = (
     "Now it's your turn to take one action for the current step.\n"
@@ -112,7 +119,8 @@ def build_prompt(
             :class:`~g2po_bench.core.protocol.Observation` or its raw ``text`` (formatted here).
         step: number of actions already taken (0 at the first step).
         history_length: pairs to show (verl-agent default 2; 0 = no history).
-        style: only ``"reference"`` (WebShop has no compact prompt).
+        style: ``"reference"`` (verl-agent's template) or ``"compact"``
+            (:func:`build_compact_prompt`).
 
     Returns:
         the prompt text.
@@ -121,6 +129,8 @@ def build_prompt(
         ValueError: another ``style``.
     """
     _check_style(style)
+    if style == "compact":
+        return build_compact_prompt(obs, history, step, history_length)
     task = obs.instruction
     current = format_observation(obs.text, obs.instruction)
     actions = format_actions(obs.admissible_actions)
@@ -142,18 +152,103 @@ def build_prompt(
     return no_history if len(prompt) > MAX_PROMPT_CHARS else prompt
 
 
+def page_text(text: str, instruction: str) -> str:
+    """The page of a ``text`` observation after the instruction, its parts joined by
+    ``" [SEP] "`` as the observation joins them (the whole text when the instruction is not one
+    of its parts, as in ``text_rich`` mode): :func:`format_observation` without the quotes."""
+    parts = text.split(" [SEP] ")
+    try:
+        i = parts.index(instruction)
+    except ValueError:
+        return text
+    return " [SEP] ".join(parts[i + 1:])
+
+
+def build_compact_prompt(
+    obs: Observation,
+    history: Sequence[tuple[Any, str]],
+    step: int,
+    history_length: int = 4,
+) -> str:
+    """A short transcript prompt for the tiny CPU model (``env.prompt=compact``; this project's own).
+
+    The reference prompt repeats verl-agent's instructions, lists every admissible action
+    (ten product ids again on a results page) and shows the last two observations in full:
+    on a results page about 900-1,400 tokens of a 1,024-token BPE trained on WebShop text, most
+    of them what a model trained from scratch gains nothing from. The compact prompt keeps what
+    the decision needs::
+
+        Instruction: Find me machine wash men's pants with relaxed fit with color: grey, and ...
+        Actions: search[find me machine wash men's pants with relaxed fit ...] | click[b07...]
+        Page: Back to Search [SEP] < Prev [SEP] color [SEP] black [SEP] grey [SEP] size [SEP] ...
+        >
+
+    - the instruction;
+    - the last ``history_length`` actions of the episode, oldest first, joined by ``" | "``
+      (``... | `` in front when earlier ones are left out; no line at the first step): in
+      ``text`` mode clicking an option does not change the page, so the actions are the only
+      record of the options already chosen;
+    - the current page: the observation's text after the instruction (:func:`page_text`),
+      unchanged (every product id, title, price, option and button the page shows).
+
+    The expected answer is the reference's ``<think>...</think><action>...</action>`` format
+    (:func:`expert_response` with ``style="compact"`` gives an empty think).
+
+    Args:
+        obs: the current observation.
+        history: the earlier (observation, action) pairs, oldest first (only the actions are used).
+        step: number of actions already taken (0 at the first step).
+        history_length: actions to show (>= 0).
+
+    Returns:
+        the prompt text.
+
+    Raises:
+        ValueError: ``step`` < 0 or ``history`` longer than ``step``.
+    """
+    if step < 0:
+        raise ValueError("step must be >= 0")
+    if len(history) > step:
+        raise ValueError(f"history has {len(history)} entries but only {step} step(s) were taken")
+    lines = [f"Instruction: {obs.instruction}"]
+    shown = min(max(history_length, 0), len(history))
+    if shown:
+        recent = [a for _, a in list(history)[len(history) - shown:]]
+        lead = "... | " if shown < len(history) else ""
+        lines.append(f"Actions: {lead}{' | '.join(recent)}")
+    lines.append(f"Page: {page_text(obs.text, obs.instruction)}")
+    lines.append(">")
+    return "\n".join(lines)
+
+
 def _check_style(style: str) -> None:
-    if style != "reference":
-        raise ValueError(f"WebShop has only the reference prompt (env.prompt=reference), not {style!r}")
+    if style not in PROMPT_STYLES:
+        raise ValueError(f"unknown WebShop prompt style {style!r}; choose one of {', '.join(PROMPT_STYLES)}")
 
 
 def expert_response(action: str, obs: Observation, style: str = "reference") -> str:
     """A short ``<think>...</think><action>...</action>`` answer for ``action`` taken from
-    ``obs`` (supervised warm-start targets; the reasoning is a fixed sentence per kind of
-    action). ``style``: only ``"reference"`` (ValueError otherwise)."""
+    ``obs`` (supervised warm-start targets).
+
+    ``style="reference"``: the reasoning is a fixed sentence per kind of action.
+    ``style="compact"``: an empty ``<think></think>`` (the tiny model spends its tokens on the
+    action), and a product id is written as the page shows it (``click[B07XTK3P89]``, upper
+    case): the model copies it from the page, and the projection lowercases the action as it
+    does for every response (:mod:`g2po_bench.benchmarks.parsing`), so the environment receives
+    the same ``click[b07xtk3p89]``.
+
+    Raises:
+        ValueError: another ``style``.
+    """
     _check_style(style)
     a = action.strip()
     low = a.lower()
+    if style == "compact":
+        if low.startswith("click[") and obs.info.get("page") == "results":
+            arg = a[6:-1]
+            shown = next((p for p in obs.text.split(" [SEP] ") if p.lower() == arg.lower()), arg)
+            a = f"click[{shown}]"
+        return f"<think></think><action>{a}</action>"
     if low.startswith("search["):
         why = "I am on the search page, so I search for the product described in the instruction."
     elif low == "click[buy now]":

@@ -39,11 +39,16 @@ def source_for(cfg: EnvConfig) -> DataSource:
     )
 
 
-def task_for_goal(goal: Goal, source: DataSource, split: str = "", cache_root: str | None = None) -> Task:
+def task_for_goal(goal: Goal, source: DataSource, split: str = "", cache_root: str | None = None,
+                  expert: str = "reference") -> Task:
     """The Task of one goal: id ``webshop/goal_<index>`` (``webshop/human_<index>`` for human
-    goals), payload = the goal dict plus ``source``, ``split`` and ``cache_root``."""
+    goals), payload = the goal dict plus ``source``, ``split`` and ``cache_root``, and
+    ``expert`` (the expert of :func:`~g2po_bench.benchmarks.webshop.expert.expert_actions`)
+    when it is not ``"reference"``."""
     payload = goal.to_dict()
     payload.update({"source": source.to_dict(), "split": split, "cache_root": cache_root})
+    if expert != "reference":
+        payload["expert"] = expert
     prefix = "human" if goal.kind == "human" else "goal"
     return Task(task_id=f"webshop/{prefix}_{goal.index:05d}", task_type="webshop", env="webshop",
                 payload=payload)
@@ -54,7 +59,8 @@ def load_tasks(cfg: EnvConfig, split: str) -> list[Task]:
     per catalogue, never per worker).
 
     Args:
-        cfg: an ``EnvConfig`` (``data_dir``, generated settings, ``task_types``).
+        cfg: an ``EnvConfig`` (``data_dir``, generated settings, ``task_types``,
+            ``webshop_expert``).
         split: a split name (module docstring).
 
     Raises:
@@ -67,12 +73,12 @@ def load_tasks(cfg: EnvConfig, split: str) -> list[Task]:
     source = source_for(cfg)
     cache_root = str(default_cache_root(cfg.cache_dir))
     catalog = get_catalog(source, cache_root=cache_root)
-    return [task_for_goal(g, source, split, cache_root) for g in catalog.goals_for(split)]
+    return [task_for_goal(g, source, split, cache_root, cfg.webshop_expert) for g in catalog.goals_for(split)]
 
 
 def make_env(cfg: EnvConfig) -> WebShopEnv:
     """A WebShop environment for an ``EnvConfig`` (``webshop_observation_mode``,
-    ``state_key``, ``webshop_reward``, ``webshop_nouns``). Cheap: nothing is read until the first reset, which takes the data
+    ``state_key``, ``webshop_reward``, ``webshop_nouns``, ``webshop_train_reward``). Cheap: nothing is read until the first reset, which takes the data
     source from the task payload (or from ``cfg`` when needed); the catalogue and the search
     index then come from the process cache, else from disk."""
     return WebShopEnv(
@@ -83,4 +89,5 @@ def make_env(cfg: EnvConfig) -> WebShopEnv:
         source_factory=functools.partial(source_for, cfg),
         reward_mode=cfg.webshop_reward,
         nouns=cfg.webshop_nouns,
+        train_reward=cfg.webshop_train_reward,
     )

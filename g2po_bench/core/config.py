@@ -96,6 +96,7 @@ class EnvConfig:
     train_split: str = "train"  # split the RL and warm-start tasks come from
     eval_split: str = "valid_seen"  # held-out split of the evaluation panel
     task_types: list[str] = field(default_factory=list)  # empty = all task types
+    max_train_tasks: int = 0  # train on the first N tasks of train_split only (0 = all): tests, quick studies
     max_steps: int = 15  # step limit of an episode (environment steps, counted from its start)
     # "auto": the estimator's reference key (GiGPO: "raw", the raw observation; G2PO and the
     # rest: "reference"); load_config resolves it, so the saved config records the key used
@@ -133,7 +134,7 @@ class EnvConfig:
     cache_dir: str = "results/cache"
     webshop_observation_mode: str = "text"  # "text" | "text_rich"
     # "reference": the verl-agent/G2PO step prompt (real models); "compact": a short transcript
-    # for the tiny CPU model (ALFWorld only, benchmarks/alfworld/prompt.py build_compact_prompt);
+    # for the tiny CPU model (ALFWorld and WebShop: build_compact_prompt of their prompt.py);
     # "auto" (resolved when the config is loaded, the saved config records the result): compact
     # for ALFWorld with the tiny model (model.path unset), reference otherwise
     prompt: str = "auto"
@@ -143,6 +144,18 @@ class EnvConfig:
     # nouns of the reward's type term: a spaCy model ("en_core_web_sm", the reference's) or
     # "heuristic" (word lists; no spaCy needed); a missing model fails, never falls back
     webshop_nouns: str = "en_core_web_sm"
+    # the expert of the warm start's demonstrations (benchmarks/webshop/expert.py): "reference"
+    # (finds the target, searching the instruction, the target's title or its scraping query,
+    # turning results pages) or "instruction" (searches the instruction and buys the best product
+    # of the first results page: what a policy that sees only the page can learn; the CPU preset's)
+    webshop_expert: str = "reference"
+    # the reward RL trains on (Benchmark.step_reward): "success" (the reference, verl-agent/G2PO:
+    # algorithm.success_reward on a purchase that scores 1, else 0) or "score" (the original
+    # WebShop's graded reward, as Yao et al. 2022 train on it: algorithm.success_reward x the
+    # purchase reward in [0, 1] on the buying step). Evaluations report success and score either way.
+    # G2PO, CRBC and GraphGPO value an episode's end by its success, not its reward: under "score"
+    # G2PO penalises buying below a score of 1 (docs/webshop-cpu.md)
+    webshop_train_reward: str = "success"
     # AppWorld (benchmarks/appworld): the interpreter with the appworld package (None = find
     # it: $G2PO_APPWORLD_PYTHON, this one, ~/.cache/g2po/appworld-venv), where the synthetic
     # default tasks are built when data_dir is None, the environment's own interaction limit
@@ -195,6 +208,12 @@ class ModelConfig:
     intermediate_size: int = 256  # tiny model: MLP width
     vocab_size: int = 1024  # tiny model: byte-level BPE vocabulary size
     max_position_embeddings: int = 1024  # tiny model: longest sequence, tokens
+    # tiny model: its tokenizer keeps each string a policy of the benchmark copies into its actions as
+    # one token, added to the BPE (Benchmark.tokenizer_words; WebShop: the catalogue's product ids,
+    # as pages show them and in lower case, and its option values). Off, the BPE cuts an id such as
+    # B07XTK3P89 into about 6 pieces, and a 2-layer model trained from scratch copies them from a
+    # results page poorly (docs/webshop-cpu.md)
+    item_tokens: bool = False
     dtype: str = "float32"  # "float32" | "bfloat16"
     device: str = "auto"  # "auto" | "cpu" | "cuda"
     # torch intra-op threads on a CPU: 0 = every CPU this process may use (g2po_bench.runtime.cpus.usable_cpus:
@@ -245,7 +264,16 @@ class TrainConfig:
     sft_epochs: int = 2  # warm start on expert walkthroughs (0 = off)
     sft_lr: float = 3e-3  # warm-start (SFT) learning rate
     sft_batch_size: int = 16  # warm-start (SFT) batch size, steps
+    # score each SFT batch in length-sorted micro-batches of at most this many steps (gradient
+    # accumulated, the same token-mean loss up to rounding; 0 = the whole batch in one pass, padded
+    # to its longest step). WebShop's results pages are 10x its search page: less padding
+    sft_micro_batch_size: int = 0
     sft_max_tasks: int = 1200  # expert demonstrations from at most this many training tasks
+    # also imitate the expert's first step alone on this many more training tasks (0 = none; evenly
+    # spread, those of sft_max_tasks left out): short prompts, cheap steps. WebShop's first step
+    # copies the instruction into search[...], which a tiny model learns from thousands of examples,
+    # not from the ~1,000 whole demonstrations a CPU budget affords (docs/webshop-cpu.md)
+    sft_first_step_tasks: int = 0
     # fraction of ALFWorld demonstrations that first visit another receptacle (a searching expert,
     # benchmarks/alfworld expert_detour); 0 = the planner's walkthroughs only
     sft_detour_prob: float = 1.0
@@ -540,6 +568,7 @@ def validate_config(cfg: RunConfig, *, check_paths: bool = True) -> None:
     need = require
     need(cfg.env.state_key in ("auto", "reference", "raw"), "env.state_key", "choose auto, reference or raw")
     need(cfg.env.max_steps >= 1, "env.max_steps", "must be >= 1")
+    need(cfg.env.max_train_tasks >= 0, "env.max_train_tasks", "must be >= 0 (0 = the whole training split)")
     need(cfg.env.history_length >= 0, "env.history_length", "must be >= 0")
     need(cfg.env.stop_after_refusals >= 0, "env.stop_after_refusals", "must be >= 0 (0 = off)")
     need(cfg.env.generated_train_games >= 0, "env.generated_train_games", "must be >= 0")
@@ -565,6 +594,8 @@ def validate_config(cfg: RunConfig, *, check_paths: bool = True) -> None:
     need(cfg.model.num_threads >= 0, "model.num_threads", "must be >= 0 (0 = every usable CPU)")
     if cfg.model.path is not None and check_paths:
         need(Path(cfg.model.path).is_dir(), "model.path", f"folder {cfg.model.path!r} does not exist")
+        need(not cfg.model.item_tokens, "model.item_tokens",
+             "builds the tiny model's tokenizer (model.path unset); a model folder keeps its own tokenizer")
     t = cfg.train
     need(t.iterations >= 0, "train.iterations", "must be >= 0")
     need(t.groups_per_batch >= 1, "train.groups_per_batch", "must be >= 1")
@@ -594,6 +625,8 @@ def validate_config(cfg: RunConfig, *, check_paths: bool = True) -> None:
     need(t.loss_agg_mode in LOSS_AGG_MODES, "train.loss_agg_mode", f"choose one of {', '.join(LOSS_AGG_MODES)}")
     need(t.sft_epochs >= 0, "train.sft_epochs", "must be >= 0")
     need(t.sft_max_tasks >= 1, "train.sft_max_tasks", "must be >= 1")
+    need(t.sft_first_step_tasks >= 0, "train.sft_first_step_tasks", "must be >= 0 (0 = none)")
+    need(t.sft_micro_batch_size >= 0, "train.sft_micro_batch_size", "must be >= 0 (0 = the whole batch at once)")
     need(0.0 <= t.sft_detour_prob <= 1.0, "train.sft_detour_prob", "must be in [0, 1]")
     need(0.0 <= t.sft_detour_open_prob <= 1.0, "train.sft_detour_open_prob", "must be in [0, 1]")
     need(0.0 <= t.sft_stall_prob < 1.0, "train.sft_stall_prob", "must be in [0, 1)")
@@ -655,6 +688,12 @@ HASH_NEUTRAL_DEFAULTS: dict[str, Any] = {
     "env.allow_incomplete_eval_split": False,
     "train.mini_batch_split": "fixed",
     "algorithm.module": None,
+    "env.webshop_expert": "reference",
+    "train.sft_micro_batch_size": 0,
+    "model.item_tokens": False,
+    "train.sft_first_step_tasks": 0,
+    "env.max_train_tasks": 0,
+    "env.webshop_train_reward": "success",
 }
 
 

@@ -11,7 +11,7 @@ Layout of ``results/runs/<run_id>/`` (docs/run-folder.md):
   "final": EVAL, "best": EVAL}`` where EVAL = ``{"iteration", "success_rate" (fraction in
   [0, 1]), "per_task_type": {type: success_rate}, "num_episodes", "score" (WebShop: mean
   reward x 100 over every episode, 0 for one that never buys; else null), "episode_scores"
-  (WebShop: one score per episode), "panel_size", "mean_steps", "invalid_frac", "truncated_prompts" (steps whose
+  (WebShop: one score per episode), "score_ci" (WebShop: 95 % bootstrap interval of "score"), "panel_size", "mean_steps", "invalid_frac", "truncated_prompts" (steps whose
   prompt was cut to ``train.max_prompt_tokens``), "truncated_responses" (fraction of steps
   whose response was cut at ``train.max_response_tokens``)}``. ``before`` is the evaluation at
   iteration 0 (after any warm start, before RL). With ``eval.at_train_temperature`` (both

@@ -40,18 +40,23 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def train_tokenizer(corpus: Iterable[str], vocab_size: int):
+def train_tokenizer(corpus: Iterable[str], vocab_size: int, words: Iterable[str] = ()):
     """A byte-level BPE tokenizer trained on ``corpus`` with ``tokenizers``, wrapped in
     ``PreTrainedTokenizerFast`` with :data:`SPECIAL_TOKENS`, left padding.
 
     Args:
         corpus: training text.
-        vocab_size: vocabulary size including the special tokens and the 256 byte symbols.
+        vocab_size: vocabulary size of the BPE, including the special tokens and the 256 byte symbols.
+        words: strings that become one token each wherever they occur as whole words (not
+            inside a longer word; the longest match wins), added after the BPE (``tokenizers``
+            added tokens, matched before pre-tokenization; duplicates once): the strings a
+            benchmark's policy copies (:meth:`g2po_bench.benchmarks.base.Benchmark.tokenizer_words`).
 
     Returns:
-        The tokenizer (``len(tokenizer)`` <= ``vocab_size``; every byte sequence encodes).
+        The tokenizer (``len(tokenizer)`` <= ``vocab_size`` + the number of distinct ``words``;
+        every byte sequence encodes).
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
@@ -64,6 +69,9 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int):
         show_progress=False,
     )
     tok.train_from_iterator(list(corpus), trainer=trainer)
+    extra = list(dict.fromkeys(w for w in words if w))
+    if extra:
+        tok.add_tokens([AddedToken(w, normalized=False, single_word=True) for w in extra])
     hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, **SPECIAL_TOKENS)
     hf_tok.padding_side = "left"
     return hf_tok
@@ -80,6 +88,7 @@ def build_tiny_model(
     intermediate_size: int = 256,
     max_position_embeddings: int = 1024,
     seed: int = 0,
+    words: Iterable[str] = (),
 ) -> Path:
     """Train a byte-level BPE tokenizer on ``corpus`` and save a randomly initialised tiny
     Llama model with it to ``out_dir`` (written to a temporary folder, then renamed).
@@ -91,6 +100,7 @@ def build_tiny_model(
         hidden_size, num_layers, num_heads, intermediate_size, max_position_embeddings:
             Llama dimensions.
         seed: torch seed of the weight initialisation.
+        words: strings the tokenizer keeps as one token each (:func:`train_tokenizer`).
 
     Returns:
         The model folder (loadable with :func:`load_model_and_tokenizer`).
@@ -101,7 +111,7 @@ def build_tiny_model(
 
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    hf_tok = train_tokenizer(corpus, vocab_size)
+    hf_tok = train_tokenizer(corpus, vocab_size, words)
 
     torch.manual_seed(seed)
     config = LlamaConfig(

@@ -34,6 +34,7 @@ def supervised_finetune(
     seed: int,
     max_grad_norm: float = 1.0,
     progress=None,
+    micro_batch_size: int = 0,
 ) -> dict[str, float]:
     """Minimise the token-mean negative log-likelihood of the responses given the prompts.
 
@@ -44,6 +45,13 @@ def supervised_finetune(
         epochs, lr, batch_size: AdamW settings (cosine decay to 10 % of ``lr``).
         seed: shuffling seed.
         progress: optional callable ``progress(done_batches, total_batches, loss)``.
+        micro_batch_size: 0 (default) scores each batch in one forward pass, padded to its
+            longest sample; > 0 sorts the batch's samples by length and scores them in
+            micro-batches of at most this many, accumulating the gradient of the same loss
+            (the batch's token-mean: each micro-batch's summed log-likelihood over the
+            batch's response tokens). Same optimizer steps, the same loss up to float
+            rounding, less padding where sample lengths differ a lot (WebShop's results
+            pages beside its search page: ``train.sft_micro_batch_size``).
 
     Returns:
         ``{"sft/loss_first"`` (loss of the first optimizer step), ``"sft/loss_last"`` (of the last
@@ -68,13 +76,16 @@ def supervised_finetune(
         order = rng.permutation(n)
         for start in range(0, n, batch_size):
             idx = order[start:start + batch_size]
-            packed = pack_sequences([prompt_ids[i] for i in idx], [response_ids[i] for i in idx],
-                                    tokenizer.pad_token_id, device)
-            logp, _ = response_logprobs(model, packed)
-            mask = packed["response_mask"]
-            loss = -(logp * mask).sum() / mask.sum().clamp(min=1)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            if micro_batch_size > 0:
+                loss = _accumulate(model, tokenizer, prompt_ids, response_ids, idx, micro_batch_size, device)
+            else:
+                packed = pack_sequences([prompt_ids[i] for i in idx], [response_ids[i] for i in idx],
+                                        tokenizer.pad_token_id, device)
+                logp, _ = response_logprobs(model, packed)
+                mask = packed["response_mask"]
+                loss = -(logp * mask).sum() / mask.sum().clamp(min=1)
+                loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
             opt.step()
             sched.step()
@@ -92,3 +103,20 @@ def supervised_finetune(
         "sft/samples": n,
         "sft/epochs": epochs,
     }
+
+
+def _accumulate(model, tokenizer, prompt_ids, response_ids, idx, micro_batch_size: int, device) -> torch.Tensor:
+    """Backward of one batch's token-mean loss in length-sorted micro-batches (see
+    :func:`supervised_finetune` ``micro_batch_size``); returns the batch's loss (detached)."""
+    rows = sorted((int(i) for i in idx), key=lambda i: (len(prompt_ids[i]) + len(response_ids[i]), i))
+    tokens = max(sum(len(response_ids[i]) for i in rows), 1)  # the batch's response tokens
+    total = torch.zeros((), device=device)
+    for m in range(0, len(rows), micro_batch_size):
+        micro = rows[m:m + micro_batch_size]
+        packed = pack_sequences([prompt_ids[i] for i in micro], [response_ids[i] for i in micro],
+                                tokenizer.pad_token_id, device)
+        logp, _ = response_logprobs(model, packed)
+        part = -(logp * packed["response_mask"]).sum() / tokens
+        part.backward()
+        total = total + part.detach()
+    return total

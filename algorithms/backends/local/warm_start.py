@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from g2po_bench.algorithms.backends.common import demonstration_tasks
+from g2po_bench.algorithms.backends.common import demonstration_tasks, first_step_tasks
 from g2po_bench.algorithms.backends.local import sft
 from g2po_bench.algorithms.backends.local.model import (
     build_tiny_model,
@@ -71,12 +71,19 @@ class WarmStart:
 
 #: env keys that do not change the warm start: the evaluation split, where the generated games
 #: are cached (their content is a function of the generation settings), worker processes, the
-#: state key (the estimator's, resolved per run), the refusal stop (the expert is never refused)
+#: state key (the estimator's, resolved per run), the refusal stop (the expert is never refused),
+#: the reward RL trains on (demonstrations are imitated, never rewarded)
 _NOT_WARM_START_ENV = ("eval_split", "num_workers", "worker_max_episodes", "generated_dir",
-                       "generated_eval_games", "generated_eval_scenes", "state_key", "stop_after_refusals")
+                       "generated_eval_games", "generated_eval_scenes", "state_key", "stop_after_refusals",
+                       "webshop_train_reward")
 #: SFT options added after warm starts were cached: at these (neutral) values they change nothing,
 #: so they stay out of the key and the caches built before them remain valid
-_NEUTRAL_SFT = {"sft_stall_prob": 0.0, "sft_recovery_prob": 0.0, "sft_detour_open_prob": 0.0}
+_NEUTRAL_SFT = {"sft_stall_prob": 0.0, "sft_recovery_prob": 0.0, "sft_detour_open_prob": 0.0,
+                "sft_micro_batch_size": 0, "sft_first_step_tasks": 0}
+#: env options added after warm starts were cached, left out of the key at these neutral values
+_NEUTRAL_ENV = {"max_train_tasks": 0}
+#: model options added after warm starts were cached, left out of the key at these neutral values
+_NEUTRAL_MODEL = {"item_tokens": False}
 #: settings of one benchmark (``<name>_...``) do not change another benchmark's warm start
 _BENCHMARK_PREFIXES = ("webshop", "appworld", "alfworld")
 
@@ -93,9 +100,10 @@ def warm_start_settings(cfg) -> dict[str, Any]:
     d = config_to_dict(cfg)
     name = d["env"]["name"]
     env = {k: v for k, v in d["env"].items()
-           if k not in _NOT_WARM_START_ENV
+           if k not in _NOT_WARM_START_ENV and not (k in _NEUTRAL_ENV and v == _NEUTRAL_ENV[k])
            and not any(k.startswith(f"{other}_") for other in _BENCHMARK_PREFIXES if other != name)}
-    model = {k: v for k, v in d["model"].items() if k not in ("device", "num_threads")}
+    model = {k: v for k, v in d["model"].items()
+             if k not in ("device", "num_threads") and not (k in _NEUTRAL_MODEL and v == _NEUTRAL_MODEL[k])}
     train = {k: v for k, v in d["train"].items()
              if (k.startswith("sft_") or k in ("max_prompt_tokens", "warm_start_seed"))
              and not (k in _NEUTRAL_SFT and v == _NEUTRAL_SFT[k])}
@@ -185,17 +193,32 @@ def _build(cfg, pool, bench, train_tasks, out: Path, progress) -> dict[str, Any]
     if not demos:
         raise ValueError(f"no expert demonstrations from {len(demo_tasks)} training tasks: the warm start "
                          "needs tasks whose expert walkthrough replays; check env.data_dir/env.train_split")
-    stats.update({"demo/steps": len(demos), "demo/tasks": len(demo_tasks), "demo/replay_success": replay_win,
-                  "demo/seconds": time.time() - t0})
+    stats.update({"demo/steps": len(demos), "demo/tasks": len(demo_tasks), "demo/replay_success": replay_win})
     log(f"expert replay: {len(demos)} steps from {len(demo_tasks)} tasks (replay success {replay_win:.0%}) "
-        f"in {stats['demo/seconds']:.0f} s")
+        f"in {time.time() - t0:.0f} s")
+    first_tasks = first_step_tasks(cfg, train_tasks)
+    if first_tasks:
+        with progress.phase(f"expert first steps of {len(first_tasks)} more training tasks", total=len(first_tasks),
+                            key="expert replay") as h:
+            firsts, _ = collect_demonstrations(
+                pool, bench, first_tasks, max_steps=1, history_length=cfg.env.history_length,
+                prompt_style=cfg.env.prompt, on_progress=lambda done, total: h.update(done, "tasks done"))
+        demos += firsts
+        stats["demo/first_steps"] = len(firsts)
+        log(f"expert first steps: {len(firsts)} steps from {len(first_tasks)} more training tasks "
+            "(train.sft_first_step_tasks)")
+    stats["demo/seconds"] = time.time() - t0
     torch.manual_seed(cfg.train.warm_start_seed)
     if cfg.model.path is None:
         corpus = [d.prompt for d in demos] + [d.response for d in demos]
         m = cfg.model
+        words = bench.tokenizer_words(cfg.env) if m.item_tokens else []
         build_tiny_model(out, corpus, vocab_size=m.vocab_size, hidden_size=m.hidden_size,
                          num_layers=m.num_layers, num_heads=m.num_heads, intermediate_size=m.intermediate_size,
-                         max_position_embeddings=m.max_position_embeddings, seed=cfg.train.warm_start_seed)
+                         max_position_embeddings=m.max_position_embeddings, seed=cfg.train.warm_start_seed,
+                         words=words)
+        if words:
+            log(f"tokenizer: {len(words)} item ids of {cfg.env.name} as single tokens (model.item_tokens)")
         model_path = out
     else:
         model_path = Path(cfg.model.path)
@@ -216,7 +239,8 @@ def _build(cfg, pool, bench, train_tasks, out: Path, progress) -> dict[str, Any]
 
             stats.update(sft.supervised_finetune(
                 model, tok, p_ids, r_ids, epochs=cfg.train.sft_epochs, lr=cfg.train.sft_lr,
-                batch_size=cfg.train.sft_batch_size, seed=cfg.train.warm_start_seed, progress=on_batch))
+                batch_size=cfg.train.sft_batch_size, seed=cfg.train.warm_start_seed, progress=on_batch,
+                micro_batch_size=cfg.train.sft_micro_batch_size))
         stats["sft/seconds"] = time.time() - t1
         epochs = ", ".join(f"{v:.3f}" for v in stats["sft/loss_epochs"])
         log(f"warm start: SFT {cfg.train.sft_epochs} epoch(s) on {len(demos)} steps, loss "
