@@ -123,3 +123,31 @@ def test_the_script_reads_a_study_and_run_folders(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| GiGPO w/ std |" in out and "| Spearman with A* |" in out and "seeds [0, 1]" in out
     assert C.main([str(tmp_path / "nothing"), "--runs", str(tmp_path / "runs")]) == 2
+
+
+COMMITTED_STUDIES = Path(__file__).resolve().parents[1] / "results" / "credit"
+
+
+@pytest.mark.parametrize("study", ["g2po54-h15-g64", "warm_start-h15-g64"])
+def test_the_committed_studies_vs_end_to_end_is_what_the_script_prints(study, capsys):
+    """results/credit/<study>/vs_end_to_end.md is `python scripts/credit_vs_end_to_end.py <study>` on the
+    committed study and the committed comparison (results/proxy/sweep/runs): a version 2 study on a clean
+    commit (the warm start's record says dirty: the trained study's untracked outputs, gradients.npz and
+    credit_config.yaml, lay in the same checkout; results/credit/README.md), with a Spearman and a gradient
+    alignment for each of the comparison's 7 estimators."""
+    import json
+
+    folder = COMMITTED_STUDIES / study
+    record = json.loads((folder / "credit.json").read_text())
+    assert record["version"] == 2 and record["settings"]["groups"] == 64
+    assert record["code"]["commit"].startswith("9a52810")
+    runs = COMMITTED_STUDIES.parent / "proxy" / "sweep" / "runs"
+    assert C.main([str(folder), "--runs", str(runs)]) == 0
+    printed = capsys.readouterr().out
+    committed = (folder / "vs_end_to_end.md").read_text()
+    # the committed file was written from the repository root with the relative paths
+    assert printed.replace(str(folder), f"results/credit/{study}").replace(str(runs), "results/proxy/sweep/runs") \
+        == committed
+    for label in ("GRPO", "GiGPO w/ std", "G2PO", "CRBC", "HGPO", "GraphGPO", "EMPG"):
+        row = next(line for line in committed.splitlines() if line.startswith(f"| {label} |"))
+        assert len([c for c in row.split("|") if c.strip()]) == 4 and "n/a" not in row, row
