@@ -153,8 +153,10 @@ def test_pool_command_writes_one_study_and_names_what_is_missing(tmp_path, capsy
             "--batch-groups", "2", "--groups", "4", "--n-boot", "100", "--no-figures"]
     assert main([*args, "--shard", "1/2", "--out", str(tmp_path / "shards" / "a")]) == 0
     assert main(["credit", "--pool", str(tmp_path / "shards"), "--out", str(tmp_path / "pooled")]) == 2
-    assert "groups 2..3 are missing" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "groups 2..3 are missing: run their shards" in err and "--groups" not in err  # advice that works
     assert main([*args, "--shard", "2/2", "--out", str(tmp_path / "shards" / "b")]) == 0
+    assert "b (credit.json, credit_config.yaml, report.md)" in capsys.readouterr().err  # what is there: no figures/
     assert main(["credit", "--pool", str(tmp_path / "shards"), "--out", str(tmp_path / "pooled"), "--no-figures"]) == 0
     pooled = read_record(tmp_path / "pooled")
     assert pooled["groups"] == [0, 4] and pooled["settings"]["shards"] == 1

@@ -434,7 +434,8 @@ def _print_summary(record: dict[str, Any], out: Path, console) -> None:
     if record.get("agreement"):
         a = record["agreement"]
         lines.append(f"exact vs Monte Carlo: within the 95 % CI on {100 * a['within_ci']:.1f} % of {a['rows']} rows")
-    lines.append(f"credit study written to {out} (credit.json, report.md, figures/)")
+    written = ", ".join(sorted(f.name + ("/" if f.is_dir() else "") for f in Path(out).iterdir()))
+    lines.append(f"credit study written to {out} ({written})")
     for line in lines:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 

@@ -310,7 +310,7 @@ def pool_records(records: Sequence[tuple[str, dict[str, Any], GroupGradients | N
         expect = p.stop
     if expect != total:
         raise PoolError(f"the parts reach group {expect - 1} of the study's {total}: groups {expect}..{total - 1} "
-                        "are missing (run their shards, or pool with --groups of what is there)")
+                        "are missing: run their shards (the same g2po credit command with --shard I/N) and pool all the parts")
     first = parts[0].record
     data = GroupData.concat([GroupData.from_record(p.record["per_group"], p.gradients) for p in parts])
     settings = {**first["settings"], "shard": 0, "shards": 1}
