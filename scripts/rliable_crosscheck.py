@@ -41,6 +41,10 @@ def score_arrays(report: Path) -> dict[tuple[str, str], dict[str, pd.DataFrame]]
 
 
 def compare_aggregates(report: Path, arrays: dict, reps: int, seed: int) -> None:
+    """Print the report's IQM, median and mean (``aggregates.csv``, success in %) beside rliable's
+    ``get_interval_estimates`` on the same runs x task-type score arrays (``arrays``: (env, size) ->
+    method -> DataFrame of runs x task types), with both 95 % CIs (``reps`` stratified bootstrap
+    resamples from numpy's global seed ``seed``; Agarwal et al. 2021)."""
     ours = pd.read_csv(report / "aggregates.csv").set_index(["env", "model_size", "method_label"])
     print(f"aggregate metrics (%): report vs rliable.library ({reps} resamples)")
     print(f"{'method':<16} {'metric':<7} {'report':>8} {'rliable':>8}   {'report CI':>16}   {'rliable CI':>16}")
@@ -58,6 +62,9 @@ def compare_aggregates(report: Path, arrays: dict, reps: int, seed: int) -> None
 
 
 def compare_probabilities(report: Path, arrays: dict, reps: int, seed: int) -> None:
+    """Print the report's probability of improvement (``probability_of_improvement.csv``, in [0, 1])
+    of each method over its baseline beside rliable's on the task types both have, with both 95 %
+    CIs (``reps`` resamples, numpy seed ``seed``; Agarwal et al. 2021)."""
     ours = pd.read_csv(report / "probability_of_improvement.csv")
     print(f"\nprobability of improvement: report vs rliable.library ({reps} resamples)")
     print(f"{'method > baseline':<30} {'report':>7} {'rliable':>7}   {'report CI':>14}   {'rliable CI':>14}")
@@ -76,6 +83,7 @@ def compare_probabilities(report: Path, arrays: dict, reps: int, seed: int) -> N
 
 
 def main() -> None:
+    """The command line: a ``g2po report`` folder (its ``scores.csv``) cross-checked against rliable."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("report", type=Path, help="a report folder of g2po report (with scores.csv)")
     parser.add_argument("--reps", type=int, default=10_000, help="rliable's resamples, aggregates (default 10000)")

@@ -152,3 +152,18 @@ def test_a_failing_update_marks_the_run_failed_without_a_checkpoint_of_it(tmp_pa
     status = json.loads((tmp_path / "runs" / "loop" / "status.json").read_text())
     assert status["state"] == "failed" and status["error"] == "RuntimeError: out of memory"
     assert not any(c.startswith("save") for c in backend.calls)
+
+
+def test_a_backend_without_the_required_methods_cannot_be_made():
+    """session, update and save are abstract: a backend that lacks one fails when it is made, naming it."""
+    from g2po_bench.algorithms.backends.loop import TrainerBackend
+
+    class NoSave(TrainerBackend):
+        def session(self, pool, train_tasks, resume_from):
+            return contextlib.nullcontext({})
+
+        def update(self, rollouts, result, values, iteration):
+            return {}
+
+    with pytest.raises(TypeError, match="save"):
+        NoSave()

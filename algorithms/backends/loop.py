@@ -40,6 +40,7 @@ numpy, the benchmark harness and the run-folder code only: importable without to
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import time
 from collections.abc import Callable
@@ -81,12 +82,13 @@ def run_folder(cfg: RunConfig) -> Path:
     return Path(cfg.output_dir) / resolve_run_id(cfg)
 
 
-class TrainerBackend:
+class TrainerBackend(abc.ABC):
     """What a trainer backend gives the :class:`TrainingLoop` (a strategy).
 
     The loop calls these methods in this order; none of them is given the loop or the lifecycle,
     and none calls back into them. :meth:`session`, :meth:`update` and :meth:`save` are
-    required; the others have defaults that do nothing.
+    abstract (a backend without them cannot be instantiated: ``TypeError``); the others have
+    defaults that do nothing.
 
     Attributes:
         name: the backend's name, recorded for the trackers (``"local"``, ``"openrlhf"``).
@@ -101,7 +103,9 @@ class TrainerBackend:
     def start(self, run: RunDir, progress: RunProgress) -> None:
         """First thing in a run, before ``status.json`` says ``running``: the run folder (for the
         backend's own files) and the run's progress display (phases, lines)."""
+        return None  # nothing by default
 
+    @abc.abstractmethod
     def session(self, pool: EnvPool, train_tasks: list, resume_from: Path | None) -> AbstractContextManager[dict[str, Any]]:
         """Set the backend up for the run, as a context manager that tears it down at exit.
 
@@ -113,7 +117,6 @@ class TrainerBackend:
         Yields:
             the set-up figures written to ``setup.json`` on a fresh start (the warm start's), or ``{}``.
         """
-        raise NotImplementedError
 
     def load(self, checkpoint: Path | None) -> dict[str, Any] | None:
         """Restore the backend's optimizer, RNG and trained state from ``checkpoint`` (after
@@ -129,6 +132,7 @@ class TrainerBackend:
 
     def rollouts_started(self) -> None:
         """Before an iteration's rollouts (e.g. open the windows of the throughput and memory figures)."""
+        return None  # nothing by default
 
     def rollout_metrics(self) -> dict[str, Any]:
         """Right after an iteration's rollouts: the backend's figures of them for the metrics line."""
@@ -139,17 +143,17 @@ class TrainerBackend:
         (:func:`.common.needs_critic`), else None."""
         return None
 
+    @abc.abstractmethod
     def update(self, rollouts: RolloutBatch, result: AdvantageResult, values: np.ndarray | None,
                iteration: int) -> dict[str, Any]:
         """Train on one iteration: the policy on ``result.advantages`` (B,) (and the critic on the
         estimator's returns, or ``advantages + values``); returns the metrics for the line
         (``loss/*``, ...)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def save(self, staging: Path, iteration: int, trainer_state: dict[str, Any]) -> dict[str, Any] | None:
         """Write the backend's files of a checkpoint into the empty folder ``staging``
         (:data:`.lifecycle.CheckpointWriter`); returns extra trainer-state entries or None."""
-        raise NotImplementedError
 
     def capture_state(self) -> Any:
         """What must be restored before the state at the end of the last complete iteration is
@@ -158,6 +162,7 @@ class TrainerBackend:
 
     def restore_state(self, state: Any) -> None:
         """Restore what :meth:`capture_state` returned."""
+        return None  # nothing by default
 
     def timing(self) -> dict[str, Any]:
         """Extra entries of ``timing.json`` (e.g. the threads used)."""
