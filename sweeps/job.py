@@ -191,19 +191,29 @@ def _task_config(task: RunTask, load_config):
         os.unlink(cfg_file)
 
 
-def train_one(task: RunTask, console=None) -> dict[str, Any]:
-    """Claim and train one run; returns ``{"run_id", "state": done|failed|skipped, ...}``."""
-
-    run = RunDir(task.runs_dir / task.run_id)
+def _claim(task: RunTask, run: RunDir):
+    """``(claim, how, None)``: the task's claim and how it was taken (:func:`.claims.acquire`); or
+    ``(None, None, result)`` with the ``skipped`` result (logged) of a run that is already done or
+    claimed by another job."""
     st = run.read_status()
     if st and st.get("state") == "done":
         log_event(task.sweep_dir, run_id=task.run_id, event="skipped", reason="already done")
-        return {"run_id": task.run_id, "state": "skipped", "reason": "already done"}
+        return None, None, {"run_id": task.run_id, "state": "skipped", "reason": "already done"}
     claim, holder, how = acquire(task.claims_dir, task.run_id, on_lost=_interrupt_main)
     if claim is None:
         reason = f"claimed by {describe_owner(holder or {})} ({how})"
         log_event(task.sweep_dir, run_id=task.run_id, event="skipped", reason=reason)
-        return {"run_id": task.run_id, "state": "skipped", "reason": reason}
+        return None, None, {"run_id": task.run_id, "state": "skipped", "reason": reason}
+    return claim, how, None
+
+
+def train_one(task: RunTask, console=None) -> dict[str, Any]:
+    """Claim and train one run; returns ``{"run_id", "state": done|failed|skipped, ...}``."""
+
+    run = RunDir(task.runs_dir / task.run_id)
+    claim, how, skipped = _claim(task, run)
+    if claim is None:
+        return skipped
     try:  # one process per run folder: a `g2po train` of the same run may hold it (docs/run-folder.md)
         folder = RunLock.acquire(run.root)
     except RunFolderBusy as exc:
@@ -293,15 +303,9 @@ def credit_one(task: RunTask, guard=None) -> dict[str, Any]:
     the child with SIGTERM; the job's own end (a requeue) kills it, so two jobs never write one
     folder. Returns ``{"run_id", "state", ...}`` as :func:`train_one`."""
     run = RunDir(task.runs_dir / task.run_id)
-    st = run.read_status()
-    if st and st.get("state") == "done":
-        log_event(task.sweep_dir, run_id=task.run_id, event="skipped", reason="already done")
-        return {"run_id": task.run_id, "state": "skipped", "reason": "already done"}
-    claim, holder, how = acquire(task.claims_dir, task.run_id, on_lost=_interrupt_main)
+    claim, how, skipped = _claim(task, run)
     if claim is None:
-        reason = f"claimed by {describe_owner(holder or {})} ({how})"
-        log_event(task.sweep_dir, run_id=task.run_id, event="skipped", reason=reason)
-        return {"run_id": task.run_id, "state": "skipped", "reason": reason}
+        return skipped
     proc = None
     try:
         run.create()
