@@ -4,6 +4,8 @@
 - :func:`slurm_cluster`: start the single-node Slurm cluster of ``sweeps/slurm`` (or reuse a
   running one) and return the environment to talk to it.
 - :func:`wait_for`, :func:`kill_tree`: poll a condition; signal a process and its descendants.
+- :func:`frozen_until_signalled`: hold a training process still (SIGSTOP) until a signal under
+  test is pending for it, so a toy run cannot finish before the signal arrives on a slow machine.
 - :func:`reference_metrics`, :func:`metrics_without_timings`: the metrics of an uninterrupted
   run of a sweep run's config, to compare an interrupted and resumed run with.
 """
@@ -15,7 +17,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +29,7 @@ import yaml
 from g2po_bench.sweeps.scheduler import descendants
 
 __all__ = ["REPO", "toy_spec", "run_cli", "start_cli", "slurm_cluster", "stop_slurm_cluster",
-           "wait_for", "kill_tree", "descendants", "slurm_wanted", "checkpoint_iteration", "events",
+           "wait_for", "kill_tree", "frozen_until_signalled", "descendants", "slurm_wanted", "checkpoint_iteration", "events",
            "assert_complete_run", "metrics_without_timings", "reference_metrics", "TIMING_KEYS"]
 
 REPO = Path(__file__).resolve().parent.parent
@@ -102,6 +107,55 @@ def kill_tree(pid: int, sig: int = signal.SIGKILL) -> list[int]:
         except ProcessLookupError:
             pass
     return kids
+
+
+def _proc_status(pid: int) -> dict[str, str]:
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8") as fh:
+            return dict(line.rstrip("\n").split(":\t", 1) for line in fh if ":\t" in line)
+    except OSError:
+        return {}
+
+
+def _stopped(pid: int) -> bool:
+    return _proc_status(pid).get("State", "").startswith(("T", "t"))
+
+
+def _pending(pid: int, sig: int) -> bool:
+    """Whether ``sig`` is pending for process ``pid`` (``/proc/<pid>/status`` ShdPnd/SigPnd)."""
+    st = _proc_status(pid)
+    bit = 1 << (int(sig) - 1)
+    return any(int(st.get(k, "0"), 16) & bit for k in ("ShdPnd", "SigPnd"))
+
+
+@contextmanager
+def frozen_until_signalled(pid: int, sig: int = signal.SIGTERM, timeout: float = 120.0) -> Iterator[None]:
+    """Hold process ``pid`` still (SIGSTOP) from now until ``sig`` is pending for it, then let it
+    go on (SIGCONT), while the ``with`` block runs (e.g. a cancel that sends ``sig`` and waits
+    for the job to stop). A toy run's iterations take tens of milliseconds: without this, a
+    cancel that takes a few seconds on a loaded machine arrives after the run finished. The
+    process is also let go when it is no longer stopped (Slurm sends SIGCONT with its SIGTERM),
+    when it is gone, after ``timeout`` seconds, and when the block ends or raises."""
+    os.kill(pid, signal.SIGSTOP)
+    wait_for(lambda: _stopped(pid) or not _proc_status(pid), 30, poll=0.01, what=f"process {pid} to stop")
+    released = threading.Event()
+
+    def release_when_signalled() -> None:
+        t0 = time.time()
+        while not released.is_set() and time.time() - t0 < timeout:
+            if _pending(pid, sig) or not _stopped(pid):
+                break
+            time.sleep(0.01)
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+    watcher = threading.Thread(target=release_when_signalled, daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        released.set()
+        watcher.join()
 
 
 # ---------------------------------------------------------------------------- slurm

@@ -33,6 +33,7 @@ from sweep_support import (
     assert_complete_run,
     checkpoint_iteration,
     events,
+    frozen_until_signalled,
     kill_tree,
     metrics_without_timings,
     reference_metrics,
@@ -187,7 +188,8 @@ def test_cancel_stops_the_jobs_without_recording_a_crashed_iteration(cluster, tm
     with the metrics of an uninterrupted run."""
     n = 12
     spec_file, spec, run, run_dir, claim = _start_single_run(tmp_path, cluster, "cancelled", n)
-    (done,) = launcher.cancel(spec)  # what `g2po sweep cancel` does, without its start-up time
+    with frozen_until_signalled(claim["pid"]):  # the run cannot finish before the cancel's SIGTERM
+        (done,) = launcher.cancel(spec)  # what `g2po sweep cancel` does, without its start-up time
     assert done["ok"], done
     row = wait_for(lambda: (r := launcher.sweep_status(spec)[0]).state == "failed" and r, 120,
                    what="the cancelled run to show as failed")

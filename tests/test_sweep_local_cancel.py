@@ -33,6 +33,7 @@ from sweep_support import (
     assert_complete_run,
     checkpoint_iteration,
     events,
+    frozen_until_signalled,
     run_cli,
     toy_spec,
     wait_for,
@@ -237,7 +238,9 @@ def test_cancel_stops_a_job_launched_from_a_background_shell_and_the_run_resumes
     assert _sigint_ignored(tree.root), "the shell's & did not pass SIGINT on ignored"
     wait_for(lambda: checkpoint_iteration(run_dir) >= 2, TIMEOUT, what="a checkpoint at iteration 2")
 
-    (done,) = launcher.cancel(spec, timeout=300)  # what `g2po sweep cancel` does, without its start-up time
+    trainer = json.loads((out / "claims" / f"{run.run_id}.json").read_text())["pid"]
+    with frozen_until_signalled(trainer):  # the run cannot finish before the cancel's SIGTERM
+        (done,) = launcher.cancel(spec, timeout=300)  # what `g2po sweep cancel` does, without its start-up time
     assert done["ok"] and done["stopped"], done
     assert tree.alive() == []  # every process of the job ended before the cancel said so
     status = json.loads((run_dir / "status.json").read_text())
