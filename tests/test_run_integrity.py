@@ -14,6 +14,7 @@ naming the file (exit 2), with nothing changed.
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import signal
@@ -24,6 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from rich.console import Console
 from sweep_support import is_timing_key
 
 import g2po_bench.algorithms.backends.local.trainer as local_trainer
@@ -259,6 +261,18 @@ def test_a_resume_without_an_intact_checkpoint_refuses_and_changes_nothing(runs,
     assert str(run / "checkpoints" / "latest" / "optim.pt") in err
     assert str(run / "checkpoints" / "previous" / "policy" / "model.safetensors") in err
     assert _snapshot(run, (*RECORDS, "status.json")) == before
+
+
+def test_a_resume_of_a_run_with_no_checkpoint_says_it_starts_from_the_beginning(tmp_path):
+    """``resume=true`` on a folder with no checkpoint (how every sweep job starts a run; or a
+    mistyped ``run_id``) trains from the beginning and says so in the log."""
+    log = io.StringIO()
+    cfg = load_config(None, [*TOY, "train.iterations=1", "run_id=typo", f"output_dir={tmp_path / 'runs'}",
+                             f"train.warm_start_cache={tmp_path / 'ws'}", "resume=true", "progress=true"])
+    run_train(cfg, console=Console(file=log, width=200))
+    assert "resume=true: the run folder holds no checkpoint yet, so the run starts from its beginning" in \
+        log.getvalue(), log.getvalue()
+    assert [m["iteration"] for m in read_jsonl(tmp_path / "runs" / "typo" / "metrics.jsonl")] == [1]
 
 
 def test_a_checkpoint_written_incomplete_is_refused_and_the_previous_ones_kept(tmp_path):

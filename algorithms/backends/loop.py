@@ -254,6 +254,8 @@ class TrainingLoop:
                          f"did not use (train.rl_tasks={cfg.train.rl_tasks})")
         # printed once the tasks are loaded: a data or config error stays a one-line message
         self.log(f"run folder: {self.lifecycle.run.root}")
+        if cfg.resume and self.lifecycle.resume_from is None:  # e.g. a mistyped run_id: say so
+            self.log("resume=true: the run folder holds no checkpoint yet, so the run starts from its beginning")
         self.log(f"tasks: {len(train_tasks)} training, evaluation panel of {len(panel)} x "
                  f"{cfg.eval.episodes_per_task} episode(s) ({cfg.env.eval_split})")
         return train_tasks, panel, rl_pool
