@@ -25,6 +25,7 @@ work starts (and before any model is loaded) with one line naming it and exit co
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -337,6 +338,25 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, with ``key=value`` overrides allowed anywhere among a
+    command's options (``g2po credit env.name=toy --groups 4 env.max_steps=7``): argparse takes
+    one block of positionals only, so the later ``key=value`` words come back unrecognized and are
+    appended to ``overrides`` in the order given. Anything else unrecognized is argparse's usual
+    error (exit code 2)."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if hasattr(args, "overrides") and all(_OVERRIDE.match(x) for x in extra):
+            args.overrides = [*(args.overrides or []), *extra]
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+#: a ``key=value`` override word (dotted key)
+_OVERRIDE = re.compile(r"^[A-Za-z_][\w.\-]*=")
+
+
 def _main(argv: list[str], console) -> int:
     if len(argv) >= 2 and argv[0] == "bench" and argv[1] in benchmark_names():
         # the environment benchmarks own their arguments (g2po bench webshop --help)
@@ -344,7 +364,7 @@ def _main(argv: list[str], console) -> int:
         if code is not None:
             return int(code)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
 
     if args.command == "train":
         # resume=true continues the run folder's recorded config.yaml, the arguments on top

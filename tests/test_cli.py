@@ -141,6 +141,8 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["credit", "train.lr=abc"], "train.lr"),
         (["credit", "--groups", "0"], "must be >= 1"),
         (["bench", "credit", "--policy", "toy-scripted"], "env.name=toy"),
+        (["config", "env.name=toy", "--config", str(bad_yaml), "notanoverride"],
+         "unrecognized arguments: notanoverride"),
     ]
 
 
@@ -159,6 +161,17 @@ def test_every_subcommand_fails_bad_input_in_one_line_without_traceback(tmp_path
             assert "--help lists the options" in res.stderr, (args, res.stderr)
     assert not Path(tmp_path / "missing").exists()  # the report did not create the folder it was given
     assert not Path(tmp_path / "empty_report").exists()  # nor an empty report for a folder without runs
+
+
+def test_overrides_may_come_before_and_after_the_options(tmp_path, capsys):
+    """``key=value`` words anywhere among a command's options, applied in the order given (a later
+    word for the same key wins)."""
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert main(["config", "env.name=toy", "env.max_steps=3", "--config", str(empty), "env.max_steps=7",
+                 "seed=4"]) == 0
+    cfg = yaml.safe_load(capsys.readouterr().out)
+    assert (cfg["env"]["name"], cfg["env"]["max_steps"], cfg["seed"]) == ("toy", 7, 4)
 
 
 # ---------------------------------------------------------------------------- item 6: help
