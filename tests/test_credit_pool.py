@@ -106,7 +106,7 @@ def test_pooled_shards_equal_the_unsharded_study_group_for_group():
         pool_records([parts[0], parts[0], parts[1], parts[2]])
     other = json.loads(json.dumps(parts[1][1]))
     other["config"]["env"]["max_steps"] = 7
-    with pytest.raises(PoolError, match="differ in config"):
+    with pytest.raises(PoolError, match=r"differ in config \(env.max_steps: 7 != 6\)"):
         pool_records([parts[0], (parts[1][0], other, None), parts[2]])
 
 
@@ -157,6 +157,11 @@ def test_pool_command_writes_one_study_and_names_what_is_missing(tmp_path, capsy
     assert "groups 2..3 are missing: run their shards" in err and "--groups" not in err  # advice that works
     assert main([*args, "--shard", "2/2", "--out", str(tmp_path / "shards" / "b")]) == 0
     assert "b (credit.json, credit_config.yaml, report.md)" in capsys.readouterr().err  # what is there: no figures/
+    # a study's options would be ignored by a pool (it keeps the shards' settings): refused, named
+    assert main(["credit", "--pool", str(tmp_path / "shards"), "--out", str(tmp_path / "pooled"), "--groups", "8",
+                 "--no-figures", "env.max_steps=7"]) == 2
+    assert "--pool takes --out and --no-figures only" in (err := capsys.readouterr().err), err
+    assert "drop --groups, env.max_steps=7" in err and not (tmp_path / "pooled").exists()
     assert main(["credit", "--pool", str(tmp_path / "shards"), "--out", str(tmp_path / "pooled"), "--no-figures"]) == 0
     pooled = read_record(tmp_path / "pooled")
     assert pooled["groups"] == [0, 4] and pooled["settings"]["shards"] == 1

@@ -381,6 +381,7 @@ def run_pool_command(args) -> tuple[Path, dict[str, Any]]:
         ConfigError: no record found, records that are not parts of one study (named), no ``--out``
             with several folders, or an existing pooled record.
     """
+    _refuse_study_options(args)
     paths = [p for d in args.pool for p in find_records(d)]
     parts = []
     for path in paths:
@@ -408,6 +409,27 @@ def run_pool_command(args) -> tuple[Path, dict[str, Any]]:
         raise ConfigError(f"--pool: {exc}") from None
     _write(out, record, gradients, None, not args.no_figures)
     return out, record
+
+
+#: the options ``--pool`` uses; a pooled study keeps its shards' settings
+POOL_OPTIONS = ("pool", "out", "no_figures")
+
+
+def _refuse_study_options(args: argparse.Namespace) -> None:
+    """``--pool`` with a study's options or overrides (which it would silently ignore): one
+    error naming them.
+
+    Raises:
+        ConfigError: an option other than ``--out``/``--no-figures`` differs from its default, or
+            ``key=value`` overrides were given.
+    """
+    defaults = vars(add_credit_arguments(argparse.ArgumentParser()).parse_args([]))
+    given = [f"--{k.replace('_', '-')}" for k, v in defaults.items()
+             if k not in POOL_OPTIONS and k != "overrides" and getattr(args, k, v) != v]
+    given += list(getattr(args, "overrides", None) or [])
+    if given:
+        raise ConfigError(f"--pool takes --out and --no-figures only (a pooled study keeps its shards' settings); "
+                          f"drop {', '.join(given)}")
 
 
 def _print_summary(record: dict[str, Any], out: Path, console) -> None:

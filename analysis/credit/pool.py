@@ -254,11 +254,23 @@ class _Part:
         self.first, self.stop = (int(x) for x in self.record["groups"])
 
 
+def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
+    """``key: A != B`` for each (nested) entry where ``a`` and ``b`` differ (the first 5)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(set(a) | set(b), key=str):
+            out += _differences(a.get(k), b.get(k), f"{prefix}{k}.")
+        return out[:5]
+    return [] if a == b else [f"{prefix.rstrip('.') or 'value'}: {a!r} != {b!r}"]
+
+
 def _same(parts: list[_Part], key: str, fn=lambda r, k: r.get(k)) -> None:
     ref = fn(parts[0].record, key)
     for p in parts[1:]:
-        if fn(p.record, key) != ref:
-            raise PoolError(f"{p.where} and {parts[0].where} differ in {key}: not parts of one study")
+        value = fn(p.record, key)
+        if value != ref:
+            what = "; ".join(_differences(value, ref)) or "?"
+            raise PoolError(f"{p.where} and {parts[0].where} differ in {key} ({what}): not parts of one study")
 
 
 def _concat_rows(parts: list[_Part]) -> dict[str, Any]:
