@@ -272,6 +272,8 @@ def test_a_resume_of_a_run_with_no_checkpoint_says_it_starts_from_the_beginning(
     run_train(cfg, console=Console(file=log, width=200))
     assert "resume=true: the run folder holds no checkpoint yet, so the run starts from its beginning" in \
         log.getvalue(), log.getvalue()
+    # the log names the data the tasks came from (an empty env.data_dir= is unset: the embedded default)
+    assert "from the embedded default data of toy (env.data_dir unset)" in log.getvalue()
     assert [m["iteration"] for m in read_jsonl(tmp_path / "runs" / "typo" / "metrics.jsonl")] == [1]
 
 

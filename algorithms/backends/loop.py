@@ -257,7 +257,9 @@ class TrainingLoop:
         if cfg.resume and self.lifecycle.resume_from is None:  # e.g. a mistyped run_id: say so
             self.log("resume=true: the run folder holds no checkpoint yet, so the run starts from its beginning")
         self.log(f"tasks: {len(train_tasks)} training, evaluation panel of {len(panel)} x "
-                 f"{cfg.eval.episodes_per_task} episode(s) ({cfg.env.eval_split})")
+                 f"{cfg.eval.episodes_per_task} episode(s) ({cfg.env.eval_split}), from "
+                 + (f"env.data_dir={cfg.env.data_dir}" if cfg.env.data_dir is not None
+                    else f"the embedded default data of {cfg.env.name} (env.data_dir unset)"))
         return train_tasks, panel, rl_pool
 
     def _begin(self, pool: EnvPool, panel, setup_stats: dict[str, Any], t_setup: float) -> None:
