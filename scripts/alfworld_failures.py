@@ -70,37 +70,18 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args.model, "config.json").is_file():
         sys.exit(f"{args.model}: not a model folder (no config.json); pass e.g. RUN/checkpoints/latest/policy")
 
-    import torch
-
-    from g2po_bench.algorithms.backends.common import load_task_splits
-    from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
-    from g2po_bench.algorithms.backends.local.trainer import torch_threads
-    from g2po_bench.algorithms.backends.local.transformers_policy import LocalPolicy
-    from g2po_bench.benchmarks.registry import get_benchmark
-    from g2po_bench.benchmarks.rollout import collect_rollouts
+    from g2po_bench.analysis.panel import play_panel
     from g2po_bench.runconfig import load_config
-    from g2po_bench.runtime.workers import EnvPool
 
     cfg = load_config(overrides=args.overrides)
     if cfg.env.name != "alfworld":
         sys.exit(f"env.name={cfg.env.name}: the failure categories are ALFWorld's")
-    torch.set_num_threads(torch_threads(cfg))
-    bench = get_benchmark(cfg.env.name)
-    _, panel = load_task_splits(cfg, bench)
-    model, tok = load_model_and_tokenizer(args.model, dtype=cfg.model.dtype, device="cpu")
-    policy = LocalPolicy(model, tok, max_prompt_tokens=cfg.train.max_prompt_tokens)
-    with EnvPool(bench, cfg.env, cfg.env.num_workers) as pool:
-        rb = collect_rollouts(policy, pool, bench, panel, group_size=1, max_steps=cfg.env.max_steps,
-                              temperature=args.temperature, max_new_tokens=cfg.train.max_response_tokens,
-                              seed=cfg.seed + 7919, history_length=cfg.env.history_length,
-                              prompt_style=cfg.env.prompt, stop_after_refusals=cfg.env.stop_after_refusals)
-    rows = collections.defaultdict(list)
-    for i, traj in enumerate(rb.steps.traj_id):
-        rows[int(traj)].append(i)
+    played = play_panel(args.model, cfg, args.temperature)
+    rb = played.rollouts
     episodes = []
     for t in rb.trajectories:
         steps = [{"state": rb.state_texts[i], "response": rb.responses[i], "action": rb.actions[i],
-                  "admitted": rb.actions[i] in admissible(rb.state_texts[i])} for i in rows[int(t["traj_id"])]]
+                  "admitted": rb.actions[i] in admissible(rb.state_texts[i])} for i in played.steps(t["traj_id"])]
         episodes.append({"task": t["task_id"], "type": t["task_type"], "success": bool(t["success"]), "steps": steps})
     counts = collections.Counter("success" if e["success"] else first_refusal(e["steps"]) for e in episodes)
     n = len(episodes)

@@ -137,41 +137,22 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args.model, "config.json").is_file():
         sys.exit(f"{args.model}: not a model folder (no config.json); pass e.g. RUN/checkpoints/latest/policy")
 
-    import torch
-
-    from g2po_bench.algorithms.backends.common import load_task_splits
-    from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
-    from g2po_bench.algorithms.backends.local.trainer import torch_threads
-    from g2po_bench.algorithms.backends.local.transformers_policy import LocalPolicy
-    from g2po_bench.benchmarks.registry import get_benchmark
-    from g2po_bench.benchmarks.rollout import collect_rollouts
+    from g2po_bench.analysis.panel import play_panel
     from g2po_bench.runconfig import load_config
-    from g2po_bench.runtime.workers import EnvPool
 
     cfg = load_config(args.config, args.overrides, preset=None if args.config else "webshop_cpu")
     if cfg.env.name != "webshop":
         sys.exit(f"env.name={cfg.env.name}: the failure phases are WebShop's")
-    torch.set_num_threads(torch_threads(cfg))
-    bench = get_benchmark(cfg.env.name)
-    _, panel = load_task_splits(cfg, bench)
-    model, tok = load_model_and_tokenizer(args.model, dtype=cfg.model.dtype, device="cpu")
-    policy = LocalPolicy(model, tok, max_prompt_tokens=cfg.train.max_prompt_tokens)
-    with EnvPool(bench, cfg.env, cfg.env.num_workers) as pool:
-        rb = collect_rollouts(policy, pool, bench, panel, group_size=1, max_steps=cfg.env.max_steps,
-                              temperature=args.temperature, max_new_tokens=cfg.train.max_response_tokens,
-                              seed=cfg.seed + 7919, history_length=cfg.env.history_length,
-                              prompt_style=cfg.env.prompt, stop_after_refusals=cfg.env.stop_after_refusals)
-    rows = collections.defaultdict(list)
-    for i, traj in enumerate(rb.steps.traj_id):
-        rows[int(traj)].append(i)
+    played = play_panel(args.model, cfg, args.temperature)
+    rb, bench, panel = played.rollouts, played.bench, played.panel
     env = bench.make_env(cfg.env)
     by_id = {t.task_id: t for t in panel}
     episodes = []
     for t in rb.trajectories:
-        actions = [rb.actions[i] for i in rows[int(t["traj_id"])]]
+        actions = [rb.actions[i] for i in played.steps(t["traj_id"])]
         e = classify_episode(env, by_id[t["task_id"]], actions)
         e.update({"task": t["task_id"], "steps": len(actions), "actions": actions,
-                  "responses": [rb.responses[i] for i in rows[int(t["traj_id"])]]})
+                  "responses": [rb.responses[i] for i in played.steps(t["traj_id"])]})
         episodes.append(e)
     s = summarize(episodes)
     n = s["episodes"]
