@@ -48,6 +48,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -650,6 +651,30 @@ def _check_resources(cfg, res: Resources) -> None:
         raise SpecError("model.device=cuda but resources.gpus is 0")
 
 
+def _check_credit_run(name: str, args: list[str]) -> None:
+    """The ``--run`` folder of a credit spec's ``args`` (relative to the directory the launch runs
+    in) must be a run folder (``config.yaml``) here: otherwise every shard would fail at once in its
+    job. Checked at expansion, so a launch and its dry run stop before any work.
+
+    Raises:
+        SpecError: the folder does not exist or holds no ``config.yaml``.
+    """
+    for i, a in enumerate(args):
+        if a == "--run" and i + 1 < len(args):
+            folder = args[i + 1]
+        elif a.startswith("--run="):
+            folder = a.split("=", 1)[1]
+        else:
+            continue
+        if _PLACEHOLDER_RE.search(folder):
+            continue
+        if not (Path(folder) / "config.yaml").is_file():
+            what = "does not exist" if not Path(folder).exists() else "is no run folder (no config.yaml)"
+            raise SpecError(f"{name}: credit.args --run {folder}: the folder {what} (relative paths start at "
+                            f"{os.getcwd()}); train the policy first (g2po train) and name its run folder "
+                            "(G2PO_CREDIT_RUN=FOLDER or --var run=FOLDER for the committed credit specs)")
+
+
 def _expand_credit(spec: SweepSpec, where: list[str] | None) -> list[PlannedRun]:
     """The shards of a credit study (spec kind ``credit``): one planned run per shard, whose
     command is ``g2po credit --groups G <args> --shard I/N`` (the job adds ``--out`` its run folder).
@@ -658,10 +683,11 @@ def _expand_credit(spec: SweepSpec, where: list[str] | None) -> list[PlannedRun]
     ``g2po credit`` arguments and ``key=value`` overrides, as strings). The run ids are
     ``credit-<hash of the study>-<I>-of-<N>``; ``--where shard=I`` selects shards. The study's own
     checks (its config, the shards' blocks) run in each job: a bad argument fails every shard with
-    its one-line message in the shard's ``status.json``.
+    its one-line message in the shard's ``status.json``; the ``--run`` folder is checked here.
 
     Raises:
-        SpecError: a missing or bad ``groups``/``shards``/``args``, a reserved argument.
+        SpecError: a missing or bad ``groups``/``shards``/``args``, a reserved argument, a ``--run``
+            folder that is not a run folder here.
     """
     name = spec.path.name
     c = _get(spec.raw, "credit", "credit")
@@ -683,6 +709,7 @@ def _expand_credit(spec: SweepSpec, where: list[str] | None) -> list[PlannedRun]
     reserved = sorted({a.split("=", 1)[0] for a in args} & set(_CREDIT_RESERVED))
     if reserved:
         raise SpecError(f"{name}: credit.args may not set {', '.join(reserved)}: the launcher sets them per shard")
+    _check_credit_run(name, args)
     res = _get(spec.raw, "resources", "resources") if spec.raw.get("resources") is not None else {}
     if not isinstance(res, dict):
         raise SpecError("resources: expected a mapping")

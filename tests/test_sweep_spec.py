@@ -377,15 +377,24 @@ def test_a_credit_spec_expands_into_its_shards(tmp_path):
     assert other[0].run_id != runs[0].run_id  # another study, other run ids
 
 
-def test_the_committed_credit_specs_shard_208_groups_into_13_blocks(monkeypatch):
+def test_the_committed_credit_specs_shard_208_groups_into_13_blocks(monkeypatch, tmp_path):
     monkeypatch.delenv("G2PO_CREDIT_RUN", raising=False)
-    for name, policy in (("credit_trained", ["--run", "results/runs/alfworld-g2po-s0-ac5faa397e"]),
-                         ("credit_warm_start", [])):
+    monkeypatch.chdir(tmp_path)  # the default run folder is relative to where the launch runs
+    default_run = "results/runs/alfworld-g2po-s0-ac5faa397e"
+    with pytest.raises(SpecError, match=f"credit.args --run {default_run}: the folder does not exist .*G2PO_CREDIT_RUN"):
+        expand(load_spec("credit_trained"))  # a fresh clone: no trained run, no shard submitted to fail
+    (tmp_path / default_run).mkdir(parents=True)
+    with pytest.raises(SpecError, match="is no run folder"):
+        expand(load_spec("credit_trained"))
+    (tmp_path / default_run / "config.yaml").write_text("env:\n  name: alfworld\n")
+    for name, policy in (("credit_trained", ["--run", default_run]), ("credit_warm_start", [])):
         runs = expand(load_spec(name))
         assert len(runs) == 13 and runs[12].argv[-2:] == ["--shard", "13/13"]
         assert runs[0].argv[:2 + len(policy)] == ["--groups", "208", *policy]
-    monkeypatch.setenv("G2PO_CREDIT_RUN", "/runs/g2po")
-    assert expand(load_spec("credit_trained"))[0].argv[2:4] == ["--run", "/runs/g2po"]
+    (tmp_path / "g2po").mkdir()
+    (tmp_path / "g2po" / "config.yaml").write_text("")
+    monkeypatch.setenv("G2PO_CREDIT_RUN", str(tmp_path / "g2po"))
+    assert expand(load_spec("credit_trained"))[0].argv[2:4] == ["--run", str(tmp_path / "g2po")]
 
 
 @pytest.mark.parametrize("credit, message", [
