@@ -49,7 +49,7 @@ from g2po_bench.runconfig import load_config
 from g2po_bench.runtime.workers import EnvPool
 
 TOY = get_benchmark("toy")
-PROVENANCE = ("created", "command", "code", "machine", "timing", "parts")
+PROVENANCE = ("created", "command", "code", "machine", "timing", "parts", "grown")
 
 
 def toy_cfg(*overrides: str):
@@ -108,6 +108,9 @@ def test_pooled_shards_equal_the_unsharded_study_group_for_group():
     other["config"]["env"]["max_steps"] = 7
     with pytest.raises(PoolError, match=r"differ in config \(env.max_steps: 7 != 6\)"):
         pool_records([parts[0], (parts[1][0], other, None), parts[2]])
+    other["settings"]["continuations"] = 4
+    with pytest.raises(PoolError, match=r"\(env.max_steps: 7 != 6\).*differ in settings \(continuations: 4 != 8\)"):
+        pool_records([parts[0], (parts[1][0], other, None), parts[2]])  # every kind of difference named at once
 
 
 def test_pooled_shards_with_gradients_equal_the_unsharded_study(tmp_path):
@@ -143,7 +146,21 @@ def test_a_study_grown_in_chunks_equals_one_study_of_its_groups(tmp_path):
     assert main([*args, "--groups", "4", "--out", str(tmp_path / "once")]) == 0
     grown, once = read_record(tmp_path / "grown"), read_record(tmp_path / "once")
     assert grown["groups"] == [0, 4] and [p["groups"] for p in grown["parts"]] == [[0, 2], [2, 4]]
+    assert grown["grown"]["reached"] is False and grown["grown"]["groups"] == 4  # stopped at --max-groups
+    assert "**not reached**, stopped at 4 groups" in (tmp_path / "grown" / "report.md").read_text()
     _same_study(grown, once)
+
+
+def test_a_study_without_any_ci_yet_grows_on(tmp_path):
+    """Two groups of the 5-step toy corridor define no paired difference (half-width nan): the study
+    grows on to --max-groups instead of stopping as if the target were reached."""
+    from g2po_bench.cli import main
+
+    assert main(["credit", "env.name=toy", "env.max_steps=5", "--policy", "toy-scripted", "--continuations", "4",
+                 "--batch-groups", "2", "--n-boot", "100", "--no-figures", "--groups", "2",
+                 "--target-half-width", "0.2", "--max-groups", "4", "--out", str(tmp_path / "s")]) == 0
+    grown = read_record(tmp_path / "s")["grown"]
+    assert grown["groups"] == 4 and [p["groups"] for p in read_record(tmp_path / "s")["parts"]] == [[0, 2], [2, 4]]
 
 
 def test_pool_command_writes_one_study_and_names_what_is_missing(tmp_path, capsys):
@@ -162,6 +179,9 @@ def test_pool_command_writes_one_study_and_names_what_is_missing(tmp_path, capsy
                  "--no-figures", "env.max_steps=7"]) == 2
     assert "--pool takes --out and --no-figures only" in (err := capsys.readouterr().err), err
     assert "drop --groups, env.max_steps=7" in err and not (tmp_path / "pooled").exists()
+    assert main(["credit", "--pool", str(tmp_path / "shards"), "--out", str(tmp_path / "pooled"),
+                 "--continuations", "16", "--policy=model"]) == 2  # at their default values: refused all the same
+    assert "drop --continuations, --policy" in capsys.readouterr().err
     assert main(["credit", "--pool", str(tmp_path / "shards"), "--out", str(tmp_path / "pooled"), "--no-figures"]) == 0
     pooled = read_record(tmp_path / "pooled")
     assert pooled["groups"] == [0, 4] and pooled["settings"]["shards"] == 1

@@ -58,7 +58,7 @@ from g2po_bench.analysis.credit.study import CreditSettings, choose_tasks, run_s
 from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.toy.scripted_policy import ScriptedCorridorPolicy
 from g2po_bench.core.arguments import non_negative_int, positive_int
-from g2po_bench.core.config import ConfigError, config_to_yaml
+from g2po_bench.core.config import ConfigError, config_to_yaml, output_folder_problem
 from g2po_bench.core.rundir import code_version
 from g2po_bench.runconfig import load_config
 from g2po_bench.runtime.workers import EnvPool
@@ -138,8 +138,10 @@ def _check(args, cfg) -> None:
         raise ConfigError("--continuations 0 leaves no ground truth; it is allowed with --exact only")
     if args.continuations % 2:
         raise ConfigError(f"--continuations must be even (two halves), got {args.continuations}")
-    if args.decisive < 0:
-        raise ConfigError(f"--decisive must be >= 0, got {args.decisive}")
+    if not 0 <= args.decisive <= 1:
+        raise ConfigError(f"--decisive must be in [0, 1] (|A*| <= 1: it is a difference of success "
+                          f"probabilities), got {args.decisive}")
+    _check_out(args.out)
     if args.name is not None and (not args.name or "/" in args.name or args.name.startswith(".")):
         raise ConfigError(f"--name {args.name!r}: give a plain folder name, e.g. --name warm-start")
     if args.target_half_width is not None:
@@ -149,6 +151,16 @@ def _check(args, cfg) -> None:
             raise ConfigError("--target-half-width grows one study; it does not combine with --shard")
         if args.max_groups < args.groups:
             raise ConfigError(f"--max-groups {args.max_groups} is below --groups {args.groups}")
+
+
+def _check_out(out: str | None) -> None:
+    """``--out`` must be (or become) a folder.
+
+    Raises:
+        ConfigError: it, or a folder above it, is a file."""
+    problem = output_folder_problem(out) if out is not None else None
+    if problem:
+        raise ConfigError(f"--out {out}: {problem}; name a folder")
 
 
 def parse_shard(text: str | None) -> tuple[int, int]:
@@ -307,7 +319,14 @@ def _grow(args, cfg, policy, bench, tasks, settings: CreditSettings, progress, v
         width = _half_width(record)
         progress.log(f"{stop} groups: the widest 95 % CI of a main paired difference has half-width {width:.3f} "
                      f"(target {args.target_half_width})")
-        if not width > args.target_half_width or stop >= min(args.max_groups, len(tasks)):
+        reached = width == width and width <= args.target_half_width  # nan: no CI yet, not reached
+        if reached or stop >= min(args.max_groups, len(tasks)):
+            if not reached:
+                progress.log(f"target half-width {args.target_half_width} not reached: stopped at {stop} groups "
+                             f"(--max-groups {args.max_groups}, {len(tasks)} tasks); the widest half-width is "
+                             f"{width:.3f}")
+            record["grown"] = {"target_half_width": args.target_half_width, "reached": bool(reached),
+                               "widest_half_width": None if width != width else float(width), "groups": stop}
             return record, gradients
         want = _groups_for(record, args.target_half_width)
         grown = max(stop + b, int(want * 1.1) if want == want else stop + b)
@@ -382,6 +401,7 @@ def run_pool_command(args) -> tuple[Path, dict[str, Any]]:
             with several folders, or an existing pooled record.
     """
     _refuse_study_options(args)
+    _check_out(args.out)
     paths = [p for d in args.pool for p in find_records(d)]
     parts = []
     for path in paths:
@@ -423,9 +443,16 @@ def _refuse_study_options(args: argparse.Namespace) -> None:
         ConfigError: an option other than ``--out``/``--no-figures`` differs from its default, or
             ``key=value`` overrides were given.
     """
-    defaults = vars(add_credit_arguments(argparse.ArgumentParser()).parse_args([]))
-    given = [f"--{k.replace('_', '-')}" for k, v in defaults.items()
-             if k not in POOL_OPTIONS and k != "overrides" and getattr(args, k, v) != v]
+    parser = add_credit_arguments(argparse.ArgumentParser())
+    defaults = vars(parser.parse_args([]))
+    study_options = {o for a in parser._actions if a.dest not in (*POOL_OPTIONS, "help", "overrides")
+                     for o in a.option_strings}
+    # the words given (the command line when known: an option at its default value is refused too)
+    words = [w.split("=", 1)[0] for w in (getattr(args, "argv", None) or [])]
+    given = list(dict.fromkeys(w for w in words if w in study_options))
+    given += [f"--{k.replace('_', '-')}" for k, v in defaults.items()
+              if k not in POOL_OPTIONS and k != "overrides" and getattr(args, k, v) != v
+              and f"--{k.replace('_', '-')}" not in given]
     given += list(getattr(args, "overrides", None) or [])
     if given:
         raise ConfigError(f"--pool takes --out and --no-figures only (a pooled study keeps its shards' settings); "

@@ -264,13 +264,17 @@ def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
     return [] if a == b else [f"{prefix.rstrip('.') or 'value'}: {a!r} != {b!r}"]
 
 
-def _same(parts: list[_Part], key: str, fn=lambda r, k: r.get(k)) -> None:
+def _mismatches(parts: list[_Part], key: str, fn=lambda r, k: r.get(k)) -> list[str]:
+    """``"<part> and <first part> differ in KEY (what)"`` for each part whose ``fn(record, key)``
+    is not the first part's."""
     ref = fn(parts[0].record, key)
+    out = []
     for p in parts[1:]:
         value = fn(p.record, key)
         if value != ref:
             what = "; ".join(_differences(value, ref)) or "?"
-            raise PoolError(f"{p.where} and {parts[0].where} differ in {key} ({what}): not parts of one study")
+            out.append(f"{p.where} and {parts[0].where} differ in {key} ({what})")
+    return out
 
 
 def _concat_rows(parts: list[_Part]) -> dict[str, Any]:
@@ -308,10 +312,11 @@ def pool_records(records: Sequence[tuple[str, dict[str, Any], GroupGradients | N
         if p.record.get("version", 1) < 2 or "per_group" not in p.record:
             raise PoolError(f"{p.where}: a credit record of version {p.record.get('version', 1)} keeps no per-group "
                             "numbers; run the study again to pool it")
-    for key in ("env", "mode", "config", "variants", "skipped"):
-        _same(parts, key)
-    _same(parts, "policy", lambda r, k: {a: b for a, b in r[k].items() if a != "reused"})  # who built a warm start
-    _same(parts, "settings", lambda r, k: {a: b for a, b in r[k].items() if a not in PART_SETTINGS})
+    found = [m for key in ("env", "mode", "config", "variants", "skipped") for m in _mismatches(parts, key)]
+    found += _mismatches(parts, "policy", lambda r, k: {a: b for a, b in r[k].items() if a != "reused"})  # a warm start's builder
+    found += _mismatches(parts, "settings", lambda r, k: {a: b for a, b in r[k].items() if a not in PART_SETTINGS})
+    if found:  # every kind of difference at once: fixing one should not reveal the next
+        raise PoolError("; ".join(found) + ": not parts of one study")
     total = int(parts[0].record["settings"]["groups"])
     expect = 0
     for p in parts:

@@ -292,6 +292,19 @@ def _gradient_section(record: dict[str, Any]) -> list[str]:
             + sketch, "", gradient_table(record).rstrip("\n"), ""]
 
 
+def _grown_line(grown: dict[str, Any] | None) -> str:
+    """The sentence of a study grown with ``--target-half-width`` (empty otherwise)."""
+    if not grown:
+        return ""
+    widest = grown.get("widest_half_width")
+    widest_text = "none has a CI yet" if widest is None else f"the widest is {widest:.3f}"
+    if grown.get("reached"):
+        return (f" Grown with `--target-half-width {grown['target_half_width']}`: reached at {grown['groups']} "
+                f"groups ({widest_text}).")
+    return (f" Grown with `--target-half-width {grown['target_half_width']}`: **not reached**, stopped at "
+            f"{grown['groups']} groups ({widest_text}).")
+
+
 def write_study_report(folder: str | os.PathLike, record: dict[str, Any], *, figures: bool = True) -> Path:
     """Write ``folder/report.md`` (and ``folder/figures/*.png`` unless ``figures`` is False)
     for a credit record; returns the report's path."""
@@ -335,7 +348,8 @@ def write_study_report(folder: str | os.PathLike, record: dict[str, Any], *, fig
         f"({summ.get('merged_continuations', 0)} took the end of an earlier one with the same history and seed); "
         f"A* = 0 on {100 * (summ['zero_a_star_frac'] or 0):.0f} % of the rows; {summ['decisive_rows']} decisive rows "
         f"(|A*| >= {s['decisive']}); rows without ground truth (crashed trajectories): {summ['rows_without_truth']}; "
-        f"crashed continuations: {summ['crashed_continuations']}.",
+        f"crashed continuations: {summ['crashed_continuations']}."
+        + _grown_line(record.get("grown")),
         "",
         f"**Reliability of the ground truth** (A*): {ceiling_line(record)}. Pooled A*: "
         f"{ceiling_line(record, 'a_star_pool')}. The index sqrt(reliability) is what an estimator equal to the true "
