@@ -143,6 +143,14 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["bench", "credit", "--policy", "toy-scripted"], "env.name=toy"),
         (["config", "env.name=toy", "--config", str(bad_yaml), "notanoverride"],
          "unrecognized arguments: notanoverride"),
+        (["config", f"output_dir={a_file}"], "is a file, not a folder"),
+        (["credit", "env.name=toy", "--groups", "2", "env.max_steps=5", "--grups", "4"],
+         "g2po credit: error: unrecognized arguments: --grups 4 ("),  # not the valid override
+        (["config", "run_id=../elsewhere"], "give a plain folder name"),
+        (["credit", "env.name=toy", "--policy", "toy-scripted", "--out", str(a_file / "sub")],
+         "a folder above it, is a file"),
+        (["credit", "--pool", str(tmp), "--out", str(a_file)], "is a file, not a folder"),
+        (["credit", "env.name=toy", "--policy", "toy-scripted", "--decisive", "2"], "--decisive must be in [0, 1]"),
     ]
 
 

@@ -48,6 +48,7 @@ __all__ = [
     "resolve_device",
     "expand_shorthands",
     "require",
+    "output_folder_problem",
     "COMMON_ALGORITHM_KEYS",
     "SECTION_SHORTHANDS",
     "LOSS_AGG_MODES",
@@ -559,6 +560,17 @@ def require(cond: bool, key: str, msg: str) -> None:
         raise ConfigError(f"bad value for config key {key!r}: {msg}")
 
 
+def output_folder_problem(path: str | Path) -> str | None:
+    """Why ``path`` cannot be (made) a folder to write into: it, or a folder above it, is a file
+    (the ``mkdir`` would fail with ``FileExistsError``/``NotADirectoryError``); None when it can."""
+    p = Path(path).expanduser()
+    for q in (p, *p.parents):
+        if q.exists():
+            return None if q.is_dir() else (f"{str(q)!r} is a file, not a folder" if q == p
+                                            else f"{str(q)!r}, a folder above it, is a file")
+    return None
+
+
 def validate_config(cfg: RunConfig, *, check_paths: bool = True) -> None:
     """Range and choice checks that need nothing but the schema. Raises ConfigError.
 
@@ -576,6 +588,11 @@ def validate_config(cfg: RunConfig, *, check_paths: bool = True) -> None:
     need(cfg.env.num_workers >= 0, "env.num_workers", "must be >= 0 (0 = one per usable CPU)")
     need(cfg.env.worker_max_episodes >= 0, "env.worker_max_episodes", "must be >= 0 (0 = never recycle)")
     need(cfg.env.prompt in ("auto", "reference", "compact"), "env.prompt", "choose auto, reference or compact")
+    problem = output_folder_problem(cfg.output_dir)
+    need(problem is None, "output_dir", f"{problem}; name a folder")
+    if cfg.run_id is not None:
+        need(bool(cfg.run_id) and "/" not in cfg.run_id and "\\" not in cfg.run_id and cfg.run_id not in (".", ".."),
+             "run_id", f"{cfg.run_id!r}: give a plain folder name (no '/'), e.g. run_id=g2po-lr3e-4")
     if cfg.env.data_dir is not None and check_paths:
         need(Path(cfg.env.data_dir).exists(), "env.data_dir", f"folder {cfg.env.data_dir!r} does not exist")
     for key in COMMON_ALGORITHM_KEYS:
