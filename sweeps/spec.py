@@ -59,6 +59,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from g2po_bench.core.config import ConfigError, config_to_dict, resolve_run_id
+from g2po_bench.core.rundir import RunDir
 from g2po_bench.runconfig import load_config
 
 __all__ = [
@@ -653,11 +654,13 @@ def _check_resources(cfg, res: Resources) -> None:
 
 def _check_credit_run(name: str, args: list[str]) -> None:
     """The ``--run`` folder of a credit spec's ``args`` (relative to the directory the launch runs
-    in) must be a run folder (``config.yaml``) here: otherwise every shard would fail at once in its
-    job. Checked at expansion, so a launch and its dry run stop before any work.
+    in) must be a run folder (``config.yaml``) with an intact checkpoint here: otherwise every shard
+    would fail at once in its job. Checked at expansion, so a launch and its dry run stop before any
+    work.
 
     Raises:
-        SpecError: the folder does not exist or holds no ``config.yaml``.
+        SpecError: the folder does not exist, is a file, holds no ``config.yaml`` or no intact
+            checkpoint.
     """
     for i, a in enumerate(args):
         if a == "--run" and i + 1 < len(args):
@@ -668,11 +671,21 @@ def _check_credit_run(name: str, args: list[str]) -> None:
             continue
         if _PLACEHOLDER_RE.search(folder):
             continue
-        if not (Path(folder) / "config.yaml").is_file():
-            what = "does not exist" if not Path(folder).exists() else "is no run folder (no config.yaml)"
-            raise SpecError(f"{name}: credit.args --run {folder}: the folder {what} (relative paths start at "
-                            f"{os.getcwd()}); train the policy first (g2po train) and name its run folder "
-                            "(G2PO_CREDIT_RUN=FOLDER or --var run=FOLDER for the committed credit specs)")
+        run = Path(folder)
+        if not run.exists():
+            what = "the folder does not exist"
+        elif not run.is_dir():
+            what = "it is a file, not a run folder"
+        elif not (run / "config.yaml").is_file():
+            what = "the folder is no run folder (no config.yaml)"
+        elif RunDir(run).find_checkpoint().path is None:
+            what = "the run has no intact checkpoint yet (g2po credit scores checkpoints/latest)"
+        else:
+            continue
+        where = "" if run.is_absolute() else f" (relative paths start at {os.getcwd()})"
+        raise SpecError(f"{name}: credit.args --run {folder}: {what}{where}; train the policy first (g2po train) "
+                        "and name its run folder (G2PO_CREDIT_RUN=FOLDER or --var run=FOLDER for the committed "
+                        "credit specs)")
 
 
 def _expand_credit(spec: SweepSpec, where: list[str] | None) -> list[PlannedRun]:

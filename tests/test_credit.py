@@ -453,3 +453,29 @@ def test_studies_side_by_side_quote_each_record_and_the_report_finds_them(tmp_pa
         write_record(tmp_path / name, rec)
     lines, problems = credit_section(tmp_path, tmp_path / "report")
     assert not problems and "| row | `a` | `b` |" in "\n".join(lines)
+
+
+def test_a_study_of_a_run_that_is_not_done_says_which_checkpoint_it_scores(tmp_path, capfd):
+    """``g2po credit --run`` of a stopped run scores its latest checkpoint, and the log, credit.json
+    and report.md say that the run is not done and which iteration the checkpoint is."""
+    from g2po_bench.cli import main
+    from g2po_bench.core.rundir import RunDir
+    from g2po_bench.train import run_train
+
+    toy = ["env.name=toy", "env.max_steps=4", "env.num_workers=1", "train.groups_per_batch=2", "train.group_size=2",
+           "train.sft_epochs=1", "train.sft_batch_size=8", "train.max_response_tokens=8", "model.hidden_size=32",
+           "model.intermediate_size=64", "model.num_heads=2", "model.vocab_size=300", "eval.num_tasks=2",
+           "eval.every=0", "progress=false", f"train.warm_start_cache={tmp_path / 'ws'}"]
+    run = run_train(load_config(None, [*toy, "train.iterations=1", "run_id=r", f"output_dir={tmp_path}"])).root
+    RunDir(run).write_status("interrupted", 1, 5, error="SIGTERM")  # as a run stopped at iteration 1 of 5 says
+    args = ["credit", "--run", str(run), "--groups", "2", "--continuations", "4", "--batch-groups", "2",
+            "--n-boot", "100", "--no-figures"]
+    assert main([*args, "--out", str(tmp_path / "study")]) == 0
+    captured = capfd.readouterr()
+    assert "warning: the run is interrupted, not done: the study scores its checkpoint of iteration 1 of 5" in \
+        captured.out + captured.err
+    rec = json.loads((tmp_path / "study" / "credit.json").read_text())
+    assert (rec["policy"]["run_state"], rec["policy"]["checkpoint_iteration"], rec["policy"]["total_iterations"]) \
+        == ("interrupted", 1, 5)
+    assert "(checkpoint of iteration 1 of 5, **the run interrupted, not done**)" in \
+        (tmp_path / "study" / "report.md").read_text()

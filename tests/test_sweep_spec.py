@@ -377,6 +377,12 @@ def test_a_credit_spec_expands_into_its_shards(tmp_path):
     assert other[0].run_id != runs[0].run_id  # another study, other run ids
 
 
+def _minimal_checkpoint(folder) -> None:
+    """The smallest folder :func:`g2po_bench.core.checkpoints.verify_checkpoint` takes as intact."""
+    folder.mkdir(parents=True)
+    (folder / "trainer_state.json").write_text('{"iteration": 54}')
+
+
 def test_the_committed_credit_specs_shard_208_groups_into_13_blocks(monkeypatch, tmp_path):
     monkeypatch.delenv("G2PO_CREDIT_RUN", raising=False)
     monkeypatch.chdir(tmp_path)  # the default run folder is relative to where the launch runs
@@ -387,12 +393,16 @@ def test_the_committed_credit_specs_shard_208_groups_into_13_blocks(monkeypatch,
     with pytest.raises(SpecError, match="is no run folder"):
         expand(load_spec("credit_trained"))
     (tmp_path / default_run / "config.yaml").write_text("env:\n  name: alfworld\n")
+    with pytest.raises(SpecError, match="has no intact checkpoint yet"):
+        expand(load_spec("credit_trained"))  # g2po credit would refuse it in every shard
+    _minimal_checkpoint(tmp_path / default_run / "checkpoints" / "latest")
     for name, policy in (("credit_trained", ["--run", default_run]), ("credit_warm_start", [])):
         runs = expand(load_spec(name))
         assert len(runs) == 13 and runs[12].argv[-2:] == ["--shard", "13/13"]
         assert runs[0].argv[:2 + len(policy)] == ["--groups", "208", *policy]
     (tmp_path / "g2po").mkdir()
     (tmp_path / "g2po" / "config.yaml").write_text("")
+    _minimal_checkpoint(tmp_path / "g2po" / "checkpoints" / "latest")
     monkeypatch.setenv("G2PO_CREDIT_RUN", str(tmp_path / "g2po"))
     assert expand(load_spec("credit_trained"))[0].argv[2:4] == ["--run", str(tmp_path / "g2po")]
 

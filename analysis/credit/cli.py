@@ -59,7 +59,7 @@ from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.toy.scripted_policy import ScriptedCorridorPolicy
 from g2po_bench.core.arguments import non_negative_int, positive_int
 from g2po_bench.core.config import ConfigError, config_to_yaml, output_folder_problem
-from g2po_bench.core.rundir import code_version
+from g2po_bench.core.rundir import RunDir, code_version
 from g2po_bench.runconfig import load_config
 from g2po_bench.runtime.workers import EnvPool
 from g2po_bench.train import check_run_for_eval
@@ -245,7 +245,11 @@ def _policy_label(args, cfg) -> tuple[str, dict[str, Any]]:
     if args.policy == "toy-scripted":
         return "toy-scripted", {"kind": "scripted", "path": "g2po_bench.benchmarks.toy.scripted_policy"}
     if args.run is not None:
-        return "run", {"kind": "run", "path": str(Path(args.run).resolve())}
+        run = RunDir(Path(args.run))
+        status = run.read_status() or {}
+        return "run", {"kind": "run", "path": str(Path(args.run).resolve()), "run_state": status.get("state"),
+                       "total_iterations": status.get("total_iterations"),
+                       "checkpoint_iteration": run.find_checkpoint().iteration}
     if cfg.model.path is not None:
         return Path(cfg.model.path).name, {"kind": "model", "path": str(Path(cfg.model.path).resolve())}
     return "warm-start", {"kind": "warm_start"}
@@ -380,6 +384,10 @@ def run_study_command(args, console) -> tuple[Path, dict[str, Any]]:
     out = _out_dir(args, cfg, label)
     policy, values_fn = _load_policy(args, cfg, bench, train_tasks, out, policy_rec, progress)
     progress.log(f"policy: {policy_rec['kind']} {policy_rec.get('path', '')}")
+    if policy_rec["kind"] == "run" and policy_rec.get("run_state") != "done":
+        progress.log(f"warning: the run is {policy_rec.get('run_state') or 'without a status'}, not done: the study "
+                     f"scores its checkpoint of iteration {policy_rec.get('checkpoint_iteration')} of "
+                     f"{policy_rec.get('total_iterations')} (the record says so)")
     command = ["g2po", *getattr(args, "argv", ["credit"])]
     if args.target_half_width is not None:
         record, gradients = _grow(args, cfg, policy, bench, tasks, settings, progress, values_fn, policy_rec,

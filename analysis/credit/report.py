@@ -292,6 +292,17 @@ def _gradient_section(record: dict[str, Any]) -> list[str]:
             + sketch, "", gradient_table(record).rstrip("\n"), ""]
 
 
+def _run_checkpoint(policy: dict[str, Any]) -> str:
+    """`` (checkpoint of iteration 54 of 54, the run done)`` for a run's policy (empty otherwise, and
+    for records written before the run's state was recorded)."""
+    if policy.get("kind") != "run" or "checkpoint_iteration" not in policy:
+        return ""
+    state = policy.get("run_state") or "without a status"
+    note = "" if state == "done" else f", **the run {state}, not done**"
+    return (f" (checkpoint of iteration {policy.get('checkpoint_iteration')} of "
+            f"{policy.get('total_iterations')}{note})")
+
+
 def _grown_line(grown: dict[str, Any] | None) -> str:
     """The sentence of a study grown with ``--target-half-width`` (empty otherwise)."""
     if not grown:
@@ -334,7 +345,8 @@ def write_study_report(folder: str | os.PathLike, record: dict[str, Any], *, fig
         f"Command: `{' '.join(record.get('command') or ['g2po', 'credit'])}`  ",
         f"{_provenance(record)}.",
         "",
-        f"Policy: {record['policy'].get('kind')} `{record['policy'].get('path', '')}`; environment "
+        f"Policy: {record['policy'].get('kind')} `{record['policy'].get('path', '')}`"
+        + _run_checkpoint(record["policy"]) + "; environment "
         f"`{record['env']}` (step limit {record['config']['env']['max_steps']}, refusal stop "
         f"{record['config']['env']['stop_after_refusals']}); {len(record.get('tasks', []))} task groups x "
         f"{s['group_size']} rollouts sampled as in training (temperature {record['config']['train']['temperature']})"
