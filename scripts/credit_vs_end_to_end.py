@@ -26,7 +26,7 @@ correlation takes few values.
 
 Usage::
 
-    python scripts/credit_vs_end_to_end.py results/credit/g2po54-h15-g64
+    python scripts/credit_vs_end_to_end.py results/credit/g2po54-h15-g208
     python scripts/credit_vs_end_to_end.py STUDY --runs results/proxy/sweep/runs --at-train-temperature
 """
 

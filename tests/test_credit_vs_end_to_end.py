@@ -128,19 +128,19 @@ def test_the_script_reads_a_study_and_run_folders(tmp_path, capsys):
 COMMITTED_STUDIES = Path(__file__).resolve().parents[1] / "results" / "credit"
 
 
-@pytest.mark.parametrize("study", ["g2po54-h15-g64", "warm_start-h15-g64"])
+@pytest.mark.parametrize("study", ["g2po54-h15-g208", "warm_start-h15-g208"])
 def test_the_committed_studies_vs_end_to_end_is_what_the_script_prints(study, capsys):
     """results/credit/<study>/vs_end_to_end.md is `python scripts/credit_vs_end_to_end.py <study>` on the
-    committed study and the committed comparison (results/proxy/sweep/runs): a version 2 study on a clean
-    commit (the warm start's record says dirty: the trained study's untracked outputs, gradients.npz and
-    credit_config.yaml, lay in the same checkout; results/credit/README.md), with a Spearman and a gradient
-    alignment for each of the comparison's 7 estimators."""
+    committed study and the committed comparison (results/proxy/sweep/runs): a version 2 study of 208 task
+    groups on a commit of the suite (the warm start's record says dirty: the trained study's untracked
+    outputs lay in the same checkout; results/credit/README.md), with a Spearman and a gradient alignment for
+    each of the comparison's 7 estimators."""
     import json
 
     folder = COMMITTED_STUDIES / study
     record = json.loads((folder / "credit.json").read_text())
-    assert record["version"] == 2 and record["settings"]["groups"] == 64
-    assert record["code"]["commit"].startswith("9a52810")
+    assert record["version"] == 2 and record["settings"]["groups"] == 208 and record["groups"] == [0, 208]
+    assert record["code"]["commit"].startswith("7137a35")
     runs = COMMITTED_STUDIES.parent / "proxy" / "sweep" / "runs"
     assert C.main([str(folder), "--runs", str(runs)]) == 0
     printed = capsys.readouterr().out
