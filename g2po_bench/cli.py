@@ -149,13 +149,17 @@ HELP: dict[str, tuple[str, str]] = {
     "credit": (
         "Credit-assignment accuracy: sample G task groups of N rollouts as training does, estimate every step's "
         "true advantage A* = V(h_{t+1}) - V(h_t) from K continuations of the same policy per replayed prefix, and "
-        "score every registered estimator and ablation variant on the same steps (within-group correlation, sign "
-        "agreement on decisive steps, credit mass; 95 % CIs over groups; the Monte-Carlo ceiling). Writes "
-        "credit.json, report.md and figures (analysis/credit).",
+        "score every registered estimator and ablation variant on the same steps: the within-group correlation "
+        "with A*, sign agreement on decisive steps, credit mass, and the gradient alignment (the cosine of the "
+        "trainer's policy gradient under its advantages with the one under A*); 95 % CIs over groups, Holm over "
+        "the paired differences, the reliability index of A*. Writes credit.json, report.md and figures "
+        "(analysis/credit).",
         "  g2po credit                                   # CPU default: its warm start, 16 groups x 8, K = 16\n"
         "  g2po credit --run results/runs/RUN --groups 32   # a trained run's checkpoint on its own config\n"
         "  g2po credit model.path=FOLDER env.max_steps=30 env.generated_max_receptacles=4   # a model, longer horizon\n"
         "  g2po credit env.name=toy --policy toy-scripted --exact   # exact ground truth on the toy corridor\n"
+        "  g2po credit --groups 208 --shard 3/13 --out DIR/s03   # one shard of a study (whole blocks of groups)\n"
+        "  g2po credit --pool DIR --out DIR/pooled          # the shards under DIR pooled into one study\n"
         "  g2po bench credit --groups 4 --continuations 8   # the same study, then where the time goes",
     ),
     "sweep": (

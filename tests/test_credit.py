@@ -477,5 +477,6 @@ def test_a_study_of_a_run_that_is_not_done_says_which_checkpoint_it_scores(tmp_p
     rec = json.loads((tmp_path / "study" / "credit.json").read_text())
     assert (rec["policy"]["run_state"], rec["policy"]["checkpoint_iteration"], rec["policy"]["total_iterations"]) \
         == ("interrupted", 1, 5)
-    assert "(checkpoint of iteration 1 of 5, **the run interrupted, not done**)" in \
-        (tmp_path / "study" / "report.md").read_text()
+    report = (tmp_path / "study" / "report.md").read_text()
+    assert "(checkpoint of iteration 1 of 5, **the run interrupted, not done**)" in report
+    assert "- ppo: needs values" in report and "ppo: ppo:" not in report  # the row is named once

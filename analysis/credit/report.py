@@ -390,7 +390,8 @@ def write_study_report(folder: str | os.PathLike, record: dict[str, Any], *, fig
            differences_table(record, True).rstrip("\n"), "",
            "## Ablations minus their estimator's main row", "", differences_table(record, False).rstrip("\n"), ""]
     if record.get("skipped"):
-        md += ["## Not scored", ""] + [f"- {k}: {v}" for k, v in record["skipped"].items()] + [""]
+        md += ["## Not scored", ""] + [f"- {v}" if str(v).startswith(f"{k}:") else f"- {k}: {v}"
+                                       for k, v in record["skipped"].items()] + [""]
     t = record.get("timing") or {}
     if t:
         md += ["## Time", "", "| phase | seconds |", "|---|---|"]
