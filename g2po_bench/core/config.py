@@ -571,6 +571,23 @@ def output_folder_problem(path: str | Path) -> str | None:
     return None
 
 
+def _validate_folders(cfg: RunConfig, check_paths: bool) -> None:
+    """The run folder's place (``output_dir``, ``run_id``) and, with ``check_paths``, that
+    ``env.data_dir`` and ``model.path`` exist. Raises ConfigError."""
+    need = require
+    problem = output_folder_problem(cfg.output_dir)
+    need(problem is None, "output_dir", f"{problem}; name a folder")
+    if cfg.run_id is not None:
+        need(bool(cfg.run_id) and "/" not in cfg.run_id and "\\" not in cfg.run_id and cfg.run_id not in (".", ".."),
+             "run_id", f"{cfg.run_id!r}: give a plain folder name (no '/'), e.g. run_id=g2po-lr3e-4")
+    if cfg.env.data_dir is not None and check_paths:
+        need(Path(cfg.env.data_dir).exists(), "env.data_dir", f"folder {cfg.env.data_dir!r} does not exist")
+    if cfg.model.path is not None and check_paths:
+        need(Path(cfg.model.path).is_dir(), "model.path", f"folder {cfg.model.path!r} does not exist")
+        need(not cfg.model.item_tokens, "model.item_tokens",
+             "builds the tiny model's tokenizer (model.path unset); a model folder keeps its own tokenizer")
+
+
 def validate_config(cfg: RunConfig, *, check_paths: bool = True) -> None:
     """Range and choice checks that need nothing but the schema. Raises ConfigError.
 
@@ -588,13 +605,7 @@ def validate_config(cfg: RunConfig, *, check_paths: bool = True) -> None:
     need(cfg.env.num_workers >= 0, "env.num_workers", "must be >= 0 (0 = one per usable CPU)")
     need(cfg.env.worker_max_episodes >= 0, "env.worker_max_episodes", "must be >= 0 (0 = never recycle)")
     need(cfg.env.prompt in ("auto", "reference", "compact"), "env.prompt", "choose auto, reference or compact")
-    problem = output_folder_problem(cfg.output_dir)
-    need(problem is None, "output_dir", f"{problem}; name a folder")
-    if cfg.run_id is not None:
-        need(bool(cfg.run_id) and "/" not in cfg.run_id and "\\" not in cfg.run_id and cfg.run_id not in (".", ".."),
-             "run_id", f"{cfg.run_id!r}: give a plain folder name (no '/'), e.g. run_id=g2po-lr3e-4")
-    if cfg.env.data_dir is not None and check_paths:
-        need(Path(cfg.env.data_dir).exists(), "env.data_dir", f"folder {cfg.env.data_dir!r} does not exist")
+    _validate_folders(cfg, check_paths)
     for key in COMMON_ALGORITHM_KEYS:
         if key in cfg.algorithm.options:
             value = cfg.algorithm.options[key]
@@ -609,10 +620,6 @@ def validate_config(cfg: RunConfig, *, check_paths: bool = True) -> None:
     need(cfg.model.dtype in ("float32", "bfloat16"), "model.dtype", "choose float32 or bfloat16")
     need(cfg.model.device in ("auto", "cpu", "cuda"), "model.device", "choose auto, cpu or cuda")
     need(cfg.model.num_threads >= 0, "model.num_threads", "must be >= 0 (0 = every usable CPU)")
-    if cfg.model.path is not None and check_paths:
-        need(Path(cfg.model.path).is_dir(), "model.path", f"folder {cfg.model.path!r} does not exist")
-        need(not cfg.model.item_tokens, "model.item_tokens",
-             "builds the tiny model's tokenizer (model.path unset); a model folder keeps its own tokenizer")
     t = cfg.train
     need(t.iterations >= 0, "train.iterations", "must be >= 0")
     need(t.groups_per_batch >= 1, "train.groups_per_batch", "must be >= 1")
