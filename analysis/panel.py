@@ -3,7 +3,8 @@
 
 The episodes are played as ``g2po eval`` plays them: the run's own settings (``env.max_steps``,
 ``env.stop_after_refusals``, prompt, history, response length) and the evaluation's sampling seed
-(``seed + 7919``), one episode per panel task, on the CPU with the run's thread rule.
+(``seed + 7919``), one episode per panel task, on the CPU with the run's thread rule. It imports
+torch and the local trainer's model code: the scripts import it after checking their arguments.
 """
 
 from __future__ import annotations
@@ -12,7 +13,12 @@ import collections
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from g2po_bench.algorithms.backends.common import load_task_splits
+from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
+from g2po_bench.algorithms.backends.local.trainer import torch_threads
+from g2po_bench.algorithms.backends.local.transformers_policy import LocalPolicy
 from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.rollout import collect_rollouts
 from g2po_bench.runtime.workers import EnvPool
@@ -51,12 +57,6 @@ def play_panel(model_dir: str, cfg, temperature: float) -> PanelEpisodes:
     Raises:
         OSError: the model folder cannot be loaded; the environment's own errors for its data.
     """
-    import torch  # lazy: the scripts check their arguments before the import
-
-    from g2po_bench.algorithms.backends.local.model import load_model_and_tokenizer
-    from g2po_bench.algorithms.backends.local.trainer import torch_threads
-    from g2po_bench.algorithms.backends.local.transformers_policy import LocalPolicy
-
     torch.set_num_threads(torch_threads(cfg))
     bench = get_benchmark(cfg.env.name)
     _, panel = load_task_splits(cfg, bench)
