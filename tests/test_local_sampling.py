@@ -244,6 +244,58 @@ def test_per_sample_seeds_give_each_response_independent_of_its_batch(peaked_pol
         pol.generate(PROMPTS, temperature=1.0, max_new_tokens=4, seeds=[1])
 
 
+def test_a_shared_prefill_samples_what_a_plain_generate_samples(peaked_policy):
+    """share_prefill (repeated prompts prefilled once, a preallocated cache on the CPU) gives the
+    same responses as a plain generate, and their log-probs and entropies within float rounding,
+    on left-padded batches of repeated and distinct prompts, cut into several batches or not."""
+    from g2po_bench.algorithms.backends.local import transformers_policy as tp
+
+    plain = peaked_policy
+    shared = LocalPolicy(plain.model, plain.tokenizer, share_prefill=True)
+    prompts = [p for p in PROMPTS for _ in range(3)] + [PROMPTS[0]]
+    seeds = list(range(11, 11 + len(prompts)))
+    calls = []
+    real = tp.shared_prefill
+    try:
+        tp.shared_prefill = lambda *a, **k: calls.append(a[2].shape) or real(*a, **k)
+        for budget in (0, 60):
+            plain.max_batch_tokens = shared.max_batch_tokens = budget
+            a = plain.generate(prompts, temperature=1.0, max_new_tokens=12, seeds=seeds)
+            b = shared.generate(prompts, temperature=1.0, max_new_tokens=12, seeds=seeds)
+            for x, y in zip(a, b):
+                assert x.response_ids == y.response_ids and x.prompt_ids == y.prompt_ids
+                torch.testing.assert_close(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-5, rtol=0)
+                torch.testing.assert_close(torch.tensor(x.entropies), torch.tensor(y.entropies), atol=1e-5, rtol=0)
+            assert len({tuple(g.response_ids) for g in b}) > 3
+    finally:
+        tp.shared_prefill = real
+        plain.max_batch_tokens = 0
+    assert len(calls) > 2  # the plain policy never prefills apart; the shared one did, per batch
+
+
+def test_a_shared_prefill_computes_each_distinct_prompt_once(peaked_policy):
+    """The cache rows of repeated prompts are copies of one prefill row, and the CPU cache is
+    preallocated for the prompt and the response budget."""
+    from g2po_bench.algorithms.backends.local.transformers_policy import _left_pad, shared_prefill
+
+    model, tok = peaked_policy.model, peaked_policy.tokenizer
+    prompts = [[1, 5, 6, 7], [1, 8], [1, 5, 6, 7], [1, 8], [1, 8]]
+    ids, mask = _left_pad(prompts, tok.pad_token_id, "cpu")
+    seen = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda m, i, o: seen.append(i[0].shape))
+    try:
+        with torch.no_grad():
+            kwargs = shared_prefill(model, prompts, ids, mask, max_new_tokens=6)
+    finally:
+        hook.remove()
+    assert seen == [torch.Size([2, 3])]  # two distinct prompts, all but the last column
+    (cache,) = kwargs.values()
+    keys = cache.layers[0].keys
+    assert keys.shape[0] == 5 and keys.shape[2] == 4 + 6
+    assert torch.equal(keys[0], keys[2]) and torch.equal(keys[1], keys[3]) and torch.equal(keys[1], keys[4])
+    assert not torch.equal(keys[0], keys[1])
+
+
 def test_per_sample_seeds_sample_the_policy_distribution(peaked_policy):
     """First-token frequencies over 3000 seeds match softmax(logits / T) (within 4 standard errors),
     and the recorded sampler log-probs are the rescored ones."""
