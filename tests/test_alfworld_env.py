@@ -211,3 +211,23 @@ def test_observation_key_rules_reproduce_the_environment_keys(tasks):
             assert keys[0][0] == first and keys[1][0] != keys[1][2]  # raw: the observation text itself
     with pytest.raises(ValueError, match="unknown ALFWorld state key"):
         make_state_key_rule("fancy")
+
+
+def test_copy_symbols_copies_what_the_deriver_rebinds():
+    """The parse-tree copy of the engine caches: new symbol objects (nested ones too) with new
+    context dicts, the same text; rebinding a copy's context leaves the original as it was."""
+    pytest.importorskip("textworld")
+    import textworld.envs.pddl.textgen as textgen
+
+    from g2po_bench.benchmarks.alfworld.engine import copy_symbols
+
+    tree = textgen._parse_and_convert("[{o.name | objectatlocation(o:object, r:receptacle)}] #look#",
+                                      rule_name="symbols")
+    copied = copy_symbols(tree)
+    assert [repr(x) for x in copied] == [repr(x) for x in tree]
+    for a, b in zip(tree, copied):
+        assert a is not b and a.context is not b.context
+    assert copied[0].symbol is not tree[0].symbol and copied[0].symbol.expression is not tree[0].symbol.expression
+    copied[0].symbol.context = {"state": None}
+    assert tree[0].symbol.context == {}
+

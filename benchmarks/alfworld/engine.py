@@ -172,8 +172,9 @@ def install_caches() -> None:
       reads these (it copies the rules into its own grammar), so reloading a recently played
       game skips the ~0.2 s parse.
     - ``textworld.envs.pddl.textgen._parse_and_convert(text, rule_name)``: the TatSu parse of a
-      grammar snippet; a deep copy of the cached tree is returned on every call because the
-      deriver sets the symbols' contexts. LRU of :data:`PARSE_CACHE_SIZE` entries.
+      grammar snippet; a copy of the cached tree's symbols (:func:`copy_symbols`) is returned on
+      every call because the deriver sets the symbols' contexts. LRU of :data:`PARSE_CACHE_SIZE`
+      entries.
     - ``textworld.logic._parse_and_convert(text, "conjunctiveQuery")`` (used by
       ``Rule.parse_conjunctive_query`` for every grammar condition, e.g.
       ``receptacleatlocation(r:receptacle, lend:location)``, at every step): a new list of the
@@ -184,7 +185,8 @@ def install_caches() -> None:
     (name -> ``EntityInfo``) and ``mapping`` (``Placeholder`` -> ``Variable``) dicts for every
     symbol it derives; the replacement copies the two dicts but shares their values, which the
     deriver only reads (``EntityInfo`` is written once at load by the demangler; placeholders and
-    variables are immutable). This is about half of a step's time.
+    variables are immutable). This is about half of a step's time. ``textgen.Symbol.copy``
+    likewise copies the symbol with :func:`copy_symbols` instead of a deep copy.
 
     Replaced library file: textworld builds every environment with ``fast_downward.load_lib()``,
     which copies ``libdownward.so`` (34 MB in fast-downward-textworld 20.6.1, 32 MB of it debug
@@ -217,6 +219,7 @@ def install_caches() -> None:
         logic_parse=pddl_logic._parse_and_convert,
         query_parse=tw_logic._parse_and_convert,
         copy_context=textgen.copy_context,
+        symbol_copy=textgen.Symbol.copy,
     )
     fd_interface.DOWNWARD_LIB_PATH = light_downward_lib(fd_interface.DOWNWARD_LIB_PATH) or fd_interface.DOWNWARD_LIB_PATH
     fast_downward.pddl2sas = _memoized_pddl2sas(_ORIGINALS["pddl2sas"])
@@ -225,6 +228,7 @@ def install_caches() -> None:
     pddl_logic._parse_and_convert = _memoized_grammar_parse(_ORIGINALS["logic_parse"])
     tw_logic._parse_and_convert = _memoized_query_parse(_ORIGINALS["query_parse"])
     textgen.copy_context = _shallow_copy_context
+    textgen.Symbol.copy = _symbol_copy
 
 
 def _memoized_pddl2sas(orig_sas):
@@ -265,9 +269,40 @@ def _memoized_snippet_parse(orig_parse):
                 parse_cache.popitem(last=False)
         else:
             parse_cache.move_to_end(key)
-        return copy.deepcopy(tree)
+        return copy_symbols(tree)
 
     return parse_and_convert
+
+
+def copy_symbols(tree: Any) -> Any:
+    """A copy of a textgen parse tree (a list of ``Symbol`` objects, some holding a nested symbol
+    in ``symbol`` or ``expression``) in which every symbol object and its ``context`` dict are new;
+    strings and the contexts' values are shared. It equals ``copy.deepcopy`` for the deriver,
+    which only rebinds a symbol's ``context`` (to a :func:`_shallow_copy_context` of another) and
+    reads the rest; the deep copy, which also walks every context's values, was about a sixth of
+    a worker's time in the credit instrument's continuations."""
+    if isinstance(tree, list):
+        return [copy_symbols(x) for x in tree]
+    fields = getattr(tree, "__dict__", None)
+    if fields is None or "context" not in fields:
+        return tree
+    new = copy.copy(tree)
+    new.context = dict(tree.context)
+    for name in ("symbol", "expression"):
+        value = fields.get(name)
+        if value is not None and not isinstance(value, str):
+            setattr(new, name, copy_symbols(value))
+    return new
+
+
+def _symbol_copy(self, context):
+    """textgen's ``Symbol.copy`` (a deep copy of the symbol given a copy of ``context``) with
+    :func:`copy_symbols` in place of the deep copy (:func:`install_caches`)."""
+    import textworld.envs.pddl.textgen as textgen  # lazy: textworld is the alfworld extra's
+
+    new = copy_symbols(self)
+    new.context = textgen.copy_context(context)
+    return new
 
 
 def _memoized_grammar_parse(orig_logic_parse):
@@ -588,6 +623,7 @@ def uninstall_caches() -> None:
     pddl_logic._parse_and_convert = _ORIGINALS.pop("logic_parse")
     tw_logic._parse_and_convert = _ORIGINALS.pop("query_parse")
     textgen.copy_context = _ORIGINALS.pop("copy_context")
+    textgen.Symbol.copy = _ORIGINALS.pop("symbol_copy")
 
 
 def release_downward_lib(env: Any) -> bool:
