@@ -273,12 +273,28 @@ def test_joining_continuations_with_the_same_history_and_seed_changes_no_result(
     with EnvPool(get_benchmark("toy"), cfg.env, 2, max_episodes=0) as pool:
         base = CreditSettings(groups=3, group_size=4, continuations=8, seed=2, wave=40)
         rows = _study_rows(sample_groups(pol, pool, TOY, cfg, tasks, base), tasks)
-        joined, _ = run_continuations(pol, pool, TOY, cfg, tasks, rows, base)
+        joined, joined_timing = run_continuations(pol, pool, TOY, cfg, tasks, rows, base)
         base.merge = False
-        full, _ = run_continuations(pol, pool, TOY, cfg, tasks, rows, base)
+        full, full_timing = run_continuations(pol, pool, TOY, cfg, tasks, rows, base)
     for field in ("success", "length", "first_action", "ok"):
         np.testing.assert_array_equal(getattr(joined, field), getattr(full, field))
     assert joined.merged.mean() > 0.1 and not full.merged.any()
+    # joined from their first action, sampled in one episode per prefix: no episode of their own
+    assert 0 < joined_timing["first_step_joins"] <= joined.merged.sum() and full_timing["first_step_joins"] == 0
+
+
+def test_sticky_order_keeps_each_slot_on_its_last_task():
+    """A wave's jobs go to the slots that played their task in the last wave where it can, the
+    rest sorted by (task, job); every job once."""
+    from g2po_bench.analysis.credit.study import sticky_order
+
+    jobs = [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0)]
+    tasks = [5, 5, 7, 7, 9]
+    assert sticky_order(jobs, tasks, []) == jobs
+    order = sticky_order(jobs, tasks, [7, 9, 5, 7, 3, 5])
+    assert order == [(1, 0), (2, 0), (0, 0), (1, 1), (0, 1)]
+    assert sorted(order) == sorted(jobs)
+    assert sticky_order(jobs[:2], tasks[:2], [7, 7, 7]) == jobs[:2]
 
 
 def test_batched_and_unbatched_continuations_of_a_local_model_are_identical(tmp_path):

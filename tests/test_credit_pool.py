@@ -212,12 +212,13 @@ def test_continuations_that_meet_in_one_wave_share_their_end():
     with EnvPool(TOY, cfg.env, 2, max_episodes=0) as pool:
         base = CreditSettings(groups=3, group_size=4, continuations=8, seed=2, wave=100_000)
         rows = _study_rows(sample_groups(pol, pool, TOY, cfg, tasks, base), tasks)
-        joined, _ = run_continuations(pol, pool, TOY, cfg, tasks, rows, base)
+        joined, timing = run_continuations(pol, pool, TOY, cfg, tasks, rows, base)
         base.merge = False
         full, _ = run_continuations(pol, pool, TOY, cfg, tasks, rows, base)
     for field in ("success", "length", "first_action", "ok"):
         np.testing.assert_array_equal(getattr(joined, field), getattr(full, field))
     assert joined.merged.mean() > 0.1
+    assert timing["first_step_joins"] > 0  # joined to the start of another continuation of the wave
 
 
 # ------------------------------------------------------------------ one set of groups, resolution

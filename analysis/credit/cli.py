@@ -204,7 +204,7 @@ def _load_local(cfg, model_dir: Path, batch_tokens: int):
 
     model, tok = load_model_and_tokenizer(model_dir, dtype="float32", device=cfg.model.device)
     return LocalPolicy(model, tok, max_prompt_tokens=cfg.train.max_prompt_tokens, max_batch_tokens=batch_tokens,
-                       compute_dtype=compute_dtype(cfg.model.dtype))
+                       compute_dtype=compute_dtype(cfg.model.dtype), share_prefill=True)
 
 
 def _critic(run: Path, policy, cfg):

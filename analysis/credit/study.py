@@ -60,6 +60,7 @@ from g2po_bench.algorithms.backends.common import training_rollout_settings
 from g2po_bench.algorithms.backends.progress import RunProgress
 from g2po_bench.analysis.credit.alignment import HALVES, GroupGradients, gradient_pairs
 from g2po_bench.analysis.credit.exact import exact_ground_truth
+from g2po_bench.analysis.credit.first_step import SampleMemo, first_step_joins
 from g2po_bench.analysis.credit.groundtruth import (
     TARGETS,
     Continuations,
@@ -87,7 +88,7 @@ from g2po_bench.core.batch import StepBatch
 from g2po_bench.core.protocol import STATE_KEY_RULES, Task
 from g2po_bench.core.seeding import mix_seed, text_seed
 
-__all__ = ["CreditSettings", "CreditStudy", "task_order", "choose_tasks", "shard_range", "rollout_seed",
+__all__ = ["CreditSettings", "CreditStudy", "task_order", "choose_tasks", "shard_range", "rollout_seed", "sticky_order",
            "sample_groups", "continuation_seed", "run_continuations", "run_study", "COUPLINGS", "MC_ORACLE"]
 
 COUPLINGS = ("common", "independent")
@@ -291,6 +292,10 @@ def run_continuations(policy, pool, bench, cfg, tasks: Sequence[Task], rows: Stu
                       on_wave: Callable[[int, int], None] | None = None) -> tuple[Continuations, dict[str, float]]:
     """K continuations of every prefix of ``rows``, in waves (module docstring).
 
+    With ``merge`` a wave first samples every continuation's first action from one episode per
+    prefix and does not play the continuations that action joins to a known end
+    (:mod:`g2po_bench.analysis.credit.first_step`); the results are those of playing them.
+
     Args:
         policy: a policy that takes per-prompt ``seeds``.
         pool: an EnvPool with at least ``settings.wave`` slots' worth of memory.
@@ -302,79 +307,150 @@ def run_continuations(policy, pool, bench, cfg, tasks: Sequence[Task], rows: Stu
 
     Returns:
         (:class:`Continuations` (P, K), seconds: ``resets``, ``replays``, ``generation``,
-        ``env_steps``).
+        ``env_steps``; and ``first_step_joins``, the continuations joined from their first
+        action without an episode of their own).
 
     Raises:
         ReplayMismatch: a replayed observation differs from the recorded one.
     """
     k_count = settings.continuations
     n_prefix = len(rows.prefixes)
-    success = np.zeros((n_prefix, k_count), dtype=bool)
-    length = np.zeros((n_prefix, k_count), dtype=np.int64)
-    first = np.full((n_prefix, k_count), "", dtype=object)
-    ok = np.zeros((n_prefix, k_count), dtype=bool)
+    out = Continuations(success=np.zeros((n_prefix, k_count), dtype=bool),
+                        length=np.zeros((n_prefix, k_count), dtype=np.int64),
+                        first_action=np.full((n_prefix, k_count), "", dtype=object),
+                        ok=np.zeros((n_prefix, k_count), dtype=bool), merged=np.zeros((n_prefix, k_count), dtype=bool))
     kw = training_rollout_settings(cfg)
     kw["group_size"] = 1
     # long prefixes first: a wave then holds episodes with similar remaining horizons
     order = sorted(range(n_prefix), key=lambda p: (-rows.prefixes[p].step, p))
     jobs = [(p, k) for p in order for k in range(k_count)]
-    timing = {"resets": 0.0, "replays": 0.0, "generation": 0.0, "env_steps": 0.0}
-    merged = np.zeros((n_prefix, k_count), dtype=bool)
+    timing = {"resets": 0.0, "replays": 0.0, "generation": 0.0, "env_steps": 0.0, "first_step_joins": 0}
     # (task, k, actions so far) -> (success, episode length): with common random numbers every
     # continuation k of a task that reaches the same history has the same future
     known: dict[tuple[int, int, tuple[str, ...]], tuple[bool, int]] = {}
     merge = settings.merge and settings.coupling == "common"
+    slot_tasks: list[int] = []
     for start in range(0, len(jobs), settings.wave):
-        # a wave's slots ordered by task: a slot mostly keeps its game from one wave to the next
-        chunk = sorted(jobs[start:start + settings.wave], key=lambda j: (rows.prefixes[j[0]].task_index, j))
-        pre = [rows.prefixes[p] for p, _ in chunk]
-        # within the wave: (task, k, history) -> the episode that passed through it first; an episode
-        # that reaches it later (one that started a step earlier on the same path) follows that one
-        passed: dict[tuple[int, int, tuple[str, ...]], int] = {}
-        follows: dict[int, int] = {}
-
-        def known_end(i: int, actions: tuple[str, ...], chunk=chunk, pre=pre, passed=passed, follows=follows) -> bool:
-            key = (pre[i].task_index, chunk[i][1], actions)
-            # only after the continuation's own first action (the pooled estimate needs it)
-            if len(actions) > pre[i].step:
-                if key in known:
-                    return True
-                if passed.get(key, i) != i:
-                    follows[i] = passed[key]
-                    return True
-            passed.setdefault(key, i)
-            return False
-
-        hooks = CreditHooks(
-            bench, starts=[EpisodeStart(x.actions, x.observations, x.valid) for x in pre],
-            sample_seeds=[continuation_seed(settings, tasks[x.task_index].task_id, x.actions, k)
-                          for x, (_, k) in zip(pre, chunk)], known_end=known_end if merge else None)
-        rb = collect_rollouts(policy, pool, bench, [tasks[x.task_index] for x in pre], seed=settings.seed,
-                              hooks=hooks, **kw)
-        for key, src in (("resets", "reset_s"), ("replays", "replay_s"), ("generation", "generate_s"),
-                         ("env_steps", "step_s")):
-            timing[key] += rb.timing.get(src, 0.0)
-        st = rb.steps
-        actions: list[list[str]] = [[] for _ in chunk]
-        for r in np.lexsort((st.step, st.traj_id)):
-            actions[int(st.traj_id[r])].append(rb.actions[r])
-        ends = _wave_ends(rb.trajectories, [(x.task_index, k, tuple(a)) for x, (_, k), a in zip(pre, chunk, actions)],
-                          follows, known)
-        for j, ((p, k), x) in enumerate(zip(chunk, pre)):
-            tr = rb.trajectories[j]
-            acts = actions[j]
-            first[p, k] = acts[x.step] if len(acts) > x.step else ""
-            end = ends[j]
-            ok[p, k] = end is not None
-            merged[p, k] = bool(tr["cut"])
-            if end is None:
-                continue
-            success[p, k], length[p, k] = end
-            for s in range(x.step, len(acts) + int(tr["cut"])):
-                known.setdefault((x.task_index, k, tuple(acts[:s])), end)
+        wave = jobs[start:start + settings.wave]
+        memo = SampleMemo(policy)
+        joins: dict[tuple[int, int], tuple[str, tuple]] = {}
+        if merge:
+            seeds = [continuation_seed(settings, tasks[rows.prefixes[p].task_index].task_id, rows.prefixes[p].actions, k)
+                     for p, k in wave]
+            joins, lead_timing, lead_tasks = first_step_joins(memo, pool, bench, kw, tasks, rows.prefixes, wave, seeds,
+                                                              known, settings.seed)
+            _add_timing(timing, lead_timing)
+            timing["first_step_joins"] += len(joins)
+            slot_tasks = lead_tasks + slot_tasks[len(lead_tasks):]
+        played = [j for j in wave if j not in joins]
+        chunk = sticky_order(played, [rows.prefixes[p].task_index for p, _ in played], slot_tasks)
+        ends = _play_wave(memo, pool, bench, kw, tasks, rows, settings, chunk, known, merge, timing, out) if chunk else {}
+        slot_tasks = [rows.prefixes[p].task_index for p, _ in chunk] or slot_tasks
+        for (p, k), (action, _) in joins.items():
+            end = _joined_end((p, k), joins, ends)
+            x = rows.prefixes[p]
+            out.first_action[p, k], out.merged[p, k], out.ok[p, k] = action, True, end is not None
+            if end is not None:
+                out.success[p, k], out.length[p, k] = end
+                for hist in (x.actions, (*x.actions, action)):
+                    known.setdefault((x.task_index, k, hist), end)
         if on_wave is not None:
-            on_wave(start + len(chunk), len(jobs))
-    return Continuations(success=success, length=length, first_action=first, ok=ok, merged=merged), timing
+            on_wave(start + len(wave), len(jobs))
+    return out, timing
+
+
+def _add_timing(timing: dict[str, float], rollout_timing: dict[str, float]) -> None:
+    """Add a rollout call's seconds (``RolloutBatch.timing``) to the continuations' counters."""
+    for key, src in (("resets", "reset_s"), ("replays", "replay_s"), ("generation", "generate_s"),
+                     ("env_steps", "step_s")):
+        timing[key] += rollout_timing.get(src, 0.0)
+
+
+def _joined_end(job: tuple[int, int], joins: dict, ends: dict) -> tuple[bool, int] | None:
+    """The end of a continuation joined from its first action: a known end, or (through a chain of
+    joins, each to a longer prefix) the end of a continuation of the wave."""
+    while True:
+        kind, target = joins[job][1]
+        if kind == "known":
+            return target
+        if target not in joins:
+            return ends[target]
+        job = target
+
+
+def _play_wave(policy, pool, bench, kw: dict, tasks: Sequence[Task], rows: StudyRows, settings: CreditSettings,
+               chunk: list[tuple[int, int]], known: dict, merge: bool, timing: dict[str, float],
+               out: Continuations) -> dict[tuple[int, int], tuple[bool, int] | None]:
+    """Play the continuations ``chunk`` (job i in pool slot i) as episodes, fill their entries of
+    ``out`` and ``known``; returns every job's end (None for a crashed one)."""
+    pre = [rows.prefixes[p] for p, _ in chunk]
+    # within the wave: (task, k, history) -> the episode that passed through it first; an episode
+    # that reaches it later (one that started a step earlier on the same path) follows that one
+    passed: dict[tuple[int, int, tuple[str, ...]], int] = {}
+    follows: dict[int, int] = {}
+
+    def known_end(i: int, actions: tuple[str, ...]) -> bool:
+        key = (pre[i].task_index, chunk[i][1], actions)
+        # only after the continuation's own first action (the pooled estimate needs it)
+        if len(actions) > pre[i].step:
+            if key in known:
+                return True
+            if passed.get(key, i) != i:
+                follows[i] = passed[key]
+                return True
+        passed.setdefault(key, i)
+        return False
+
+    hooks = CreditHooks(
+        bench, starts=[EpisodeStart(x.actions, x.observations, x.valid) for x in pre],
+        sample_seeds=[continuation_seed(settings, tasks[x.task_index].task_id, x.actions, k)
+                      for x, (_, k) in zip(pre, chunk)], known_end=known_end if merge else None)
+    rb = collect_rollouts(policy, pool, bench, [tasks[x.task_index] for x in pre], seed=settings.seed,
+                          hooks=hooks, **kw)
+    _add_timing(timing, rb.timing)
+    st = rb.steps
+    actions: list[list[str]] = [[] for _ in chunk]
+    for r in np.lexsort((st.step, st.traj_id)):
+        actions[int(st.traj_id[r])].append(rb.actions[r])
+    ends = _wave_ends(rb.trajectories, [(x.task_index, k, tuple(a)) for x, (_, k), a in zip(pre, chunk, actions)],
+                      follows, known)
+    for j, ((p, k), x) in enumerate(zip(chunk, pre)):
+        tr, acts, end = rb.trajectories[j], actions[j], ends[j]
+        out.first_action[p, k] = acts[x.step] if len(acts) > x.step else ""
+        out.ok[p, k] = end is not None
+        out.merged[p, k] = bool(tr["cut"])
+        if end is None:
+            continue
+        out.success[p, k], out.length[p, k] = end
+        for s in range(x.step, len(acts) + int(tr["cut"])):
+            known.setdefault((x.task_index, k, tuple(acts[:s])), end)
+    return {job: ends[j] for j, job in enumerate(chunk)}
+
+
+def sticky_order(jobs: Sequence[tuple[int, int]], tasks: Sequence[int], slot_tasks: Sequence[int]) -> list[tuple[int, int]]:
+    """The order of a wave's jobs, that is their pool slots (job i plays in slot i): slot i keeps
+    the task it played in the last wave (``slot_tasks[i]``) while the wave has jobs of that task
+    (a slot whose game changes loads the new one, about a tenth of a worker's time when slots were
+    only sorted by task); the other jobs fill the other slots sorted by (task, job).
+
+    Args:
+        jobs: the wave's (prefix, k) jobs; tasks: the task index of each job (same length).
+        slot_tasks: the task index each slot played in the last wave ([] for the first wave).
+
+    Returns:
+        the jobs, each once, in slot order.
+    """
+    by_task: dict[int, list[tuple[int, int]]] = {}
+    for task, job in sorted(zip(tasks, jobs)):
+        by_task.setdefault(task, []).append(job)
+    taken = {task: 0 for task in by_task}
+    order: list[tuple[int, int] | None] = [None] * len(jobs)
+    for i, task in enumerate(slot_tasks[:len(jobs)]):
+        if task in by_task and taken[task] < len(by_task[task]):
+            order[i] = by_task[task][taken[task]]
+            taken[task] += 1
+    rest = iter([job for task in sorted(by_task) for job in by_task[task][taken[task]:]])
+    return [job if job is not None else next(rest) for job in order]
 
 
 def _wave_ends(trajectories: Sequence[dict], paths: Sequence[tuple], follows: dict[int, int],
@@ -422,6 +498,7 @@ def _monte_carlo_phase(policy, pool, bench, cfg, tasks: Sequence[Task], rows: St
         cont, ctime = run_continuations(policy, pool, bench, cfg, tasks, rows, settings,
                                         on_wave=lambda d, t: h.update(d, "episodes"))
     timing["continuations"] = time.perf_counter() - t0
+    first_joins = int(ctime.pop("first_step_joins", 0))
     timing.update(ctime)
     t0 = time.perf_counter()
     mc = ground_truth(rows, cont, gamma=cfg.algorithm.gamma)
@@ -430,7 +507,8 @@ def _monte_carlo_phase(policy, pool, bench, cfg, tasks: Sequence[Task], rows: St
     progress.log(f"continuations: {total} episodes in {timing['continuations']:.1f} s (generation "
                  f"{ctime['generation']:.1f}, replays {ctime['replays']:.1f}, resets {ctime['resets']:.1f}, "
                  f"environment steps {ctime['env_steps']:.1f}); {merged} joined an earlier one with the same "
-                 f"history and seed; {mc.crashed} crashed")
+                 f"history and seed ({first_joins} from their first action, without an episode of their own); "
+                 f"{mc.crashed} crashed")
     return mc, merged
 
 
