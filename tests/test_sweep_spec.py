@@ -430,7 +430,7 @@ def test_a_credit_block_belongs_to_a_credit_spec(tmp_path):
 
 
 # the committed ablation runs (results/proxy/ablation/runs): ablated method -> seeds
-COMMITTED_CPU_ABLATION = {"g2po_no_aggregation": range(5), "g2po_mean_norm": range(5)}
+COMMITTED_CPU_ABLATION = {"g2po_no_aggregation": range(5), "g2po_mean_norm": range(5), "grpo_mean_norm": range(5)}
 
 
 def test_the_committed_ablation_runs_are_the_specs_finished_runs():
