@@ -90,7 +90,9 @@ def add_credit_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="run every continuation to its end (by default one that reaches the history of an earlier "
                         "one with the same random numbers takes its outcome: the same result, less work)")
     p.add_argument("--exact", action="store_true", help="exact values by dynamic programming (toy, toy-scripted)")
-    p.add_argument("--wave", type=positive_int, default=512, help="continuation episodes per engine call (default 512)")
+    p.add_argument("--wave", type=positive_int, default=1024,
+                   help="continuation episodes per engine call (default 1024; about half are joined from their "
+                        "first action without being played)")
     p.add_argument("--batch-tokens", type=non_negative_int, default=0,
                    help="policy batch budget in tokens (rows x (prompt + response)); 0 = 128 rows' worth")
     p.add_argument("--n-boot", type=positive_int, default=2000, help="bootstrap resamples (default 2000)")

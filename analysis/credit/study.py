@@ -130,7 +130,7 @@ class CreditSettings:
     seed: int = 0
     decisive: float = 0.2
     coupling: str = "common"
-    wave: int = 512
+    wave: int = 1024
     merge: bool = True
     exact: bool = False
     n_boot: int = 2000
