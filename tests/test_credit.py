@@ -496,3 +496,37 @@ def test_a_study_of_a_run_that_is_not_done_says_which_checkpoint_it_scores(tmp_p
     report = (tmp_path / "study" / "report.md").read_text()
     assert "(checkpoint of iteration 1 of 5, **the run interrupted, not done**)" in report
     assert "- ppo: needs values" in report and "ppo: ppo:" not in report  # the row is named once
+
+
+def test_sample_memo_fans_a_leader_call_out_and_answers_repeats_from_memory():
+    """A leader call samples each leader's prompt once per seed of its continuations; later calls
+    take those samples from memory; a fan-out whose leader call never came is dropped, so the next
+    call is a plain one (a wave whose leaders' resets all ended the episode)."""
+    from g2po_bench.analysis.credit.first_step import SampleMemo
+    from g2po_bench.runtime.policy_protocol import Generation
+
+    class Echo:
+        def __init__(self):
+            self.asked = []
+
+        def generate(self, prompts, *, temperature, max_new_tokens, top_p=1.0, seed=None, seeds=None):
+            self.asked += list(zip(prompts, seeds))
+            return [Generation(text=f"{p}|{s}", prompt_ids=[], response_ids=[]) for p, s in zip(prompts, seeds)]
+
+    inner = Echo()
+    memo = SampleMemo(inner)
+    sampling = {"temperature": 1.0, "max_new_tokens": 4}
+    memo.fan_out([7, 8], [[70, 71, 72], [80]])
+    lead = memo.generate(["b", "a"], seeds=[8, 7], **sampling)  # leaders are known by their seeds
+    assert [g.text for g in lead] == ["b|80", "a|70"]
+    assert [g.text for g in memo.fanned[0]] == ["a|70", "a|71", "a|72"] and [g.text for g in memo.fanned[1]] == ["b|80"]
+    again = memo.generate(["a", "a", "c"], seeds=[71, 72, 5], **sampling)
+    assert [g.text for g in again] == ["a|71", "a|72", "c|5"]
+    assert inner.asked == [("b", 80), ("a", 70), ("a", 71), ("a", 72), ("c", 5)]  # a and b drawn once
+    memo.fan_out([9], [[90]])
+    memo.end_fan_out()
+    assert [g.text for g in memo.generate(["d"], seeds=[3], **sampling)] == ["d|3"]
+    memo.fan_out([9], [[90]])
+    with pytest.raises(ValueError, match="fan_out did not name"):
+        memo.generate(["d"], seeds=[4], **sampling)
+

@@ -88,7 +88,8 @@ def add_credit_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="task split to draw groups from (default: the tasks RL trains on, train.rl_tasks)")
     p.add_argument("--no-merge", action="store_true",
                    help="run every continuation to its end (by default one that reaches the history of an earlier "
-                        "one with the same random numbers takes its outcome: the same result, less work)")
+                        "one with the same random numbers takes its outcome, and one whose first action leads there "
+                        "is not played: the same result, less work)")
     p.add_argument("--exact", action="store_true", help="exact values by dynamic programming (toy, toy-scripted)")
     p.add_argument("--wave", type=positive_int, default=1024,
                    help="continuation episodes per engine call (default 1024; about half are joined from their "

@@ -42,6 +42,9 @@ class SampleMemo:
 
     Args:
         policy: a policy whose ``generate`` takes per-prompt ``seeds``.
+
+    A memo serves one wave, whose calls share one temperature, top-p and response length (the
+    key is the prompt and the seed only).
     """
 
     def __init__(self, policy) -> None:
@@ -56,6 +59,10 @@ class SampleMemo:
         self._fan = {int(s): (i, [int(x) for x in ss]) for i, (s, ss) in enumerate(zip(leader_seeds, seeds))}
         if len(self._fan) != len(leader_seeds):
             raise ValueError("fan_out: the leaders' seeds must be distinct")
+
+    def end_fan_out(self) -> None:
+        """Drop a :meth:`fan_out` whose call of leaders did not come: later calls are plain."""
+        self._fan = None
 
     def generate(self, prompts: list[str], *, temperature: float, max_new_tokens: int, top_p: float = 1.0,
                  seed: int | None = None, seeds: list[int] | None = None) -> list[Generation]:
@@ -121,11 +128,15 @@ def first_step_joins(memo: SampleMemo, pool, bench, kw: dict[str, Any], tasks: S
     hooks = CreditHooks(bench, starts=[EpisodeStart(x.actions, x.observations, x.valid) for x in pre],
                         sample_seeds=list(range(len(pre))),
                         known_end=lambda i, actions: len(actions) > pre[i].step)
-    rb = collect_rollouts(memo, pool, bench, [tasks[x.task_index] for x in pre], seed=seed, hooks=hooks, **kw)
+    try:
+        rb = collect_rollouts(memo, pool, bench, [tasks[x.task_index] for x in pre], seed=seed, hooks=hooks, **kw)
+    finally:
+        memo.end_fan_out()  # a wave whose leaders made no policy call (every reset done) leaves none pending
     starts = {(prefixes[p].task_index, k, prefixes[p].actions): (p, k) for p, k in wave}
     joins: dict[tuple[int, int], tuple[str, tuple]] = {}
     for i, (p, x) in enumerate(zip(leaders, pre)):
         for (k, _), gen in zip(ks[p], memo.fanned.get(i, [])):
+            # the action the lock-step driver's step-prompt agent reads (StepPromptAgent.read)
             action = bench.parse_response(gen.text).action
             key = (x.task_index, k, (*x.actions, action))
             if key in known:

@@ -506,8 +506,9 @@ def _monte_carlo_phase(policy, pool, bench, cfg, tasks: Sequence[Task], rows: St
     merged = int(cont.merged.sum()) if cont.merged is not None else 0
     progress.log(f"continuations: {total} episodes in {timing['continuations']:.1f} s (generation "
                  f"{ctime['generation']:.1f}, replays {ctime['replays']:.1f}, resets {ctime['resets']:.1f}, "
-                 f"environment steps {ctime['env_steps']:.1f}); {merged} joined an earlier one with the same "
-                 f"history and seed ({first_joins} from their first action, without an episode of their own); "
+                 f"environment steps {ctime['env_steps']:.1f}); {merged} joined another with the same history "
+                 f"and seed ({first_joins} from their first action, without an episode of their own)"
+                 f"{'' if settings.merge and settings.coupling == 'common' else ' (joining off)'}; "
                  f"{mc.crashed} crashed")
     return mc, merged
 

@@ -276,7 +276,7 @@ def shared_prefill(model, prompts: Sequence[Sequence[int]], input_ids: torch.Ten
     row's keys and values are those of its own prompt at the positions ``generate`` gives a
     left-padded batch (real tokens counted from 0, padding masked), so the sampled distribution
     is the one of a plain ``generate`` up to the float rounding of a forward pass on a batch of
-    another shape (log-probabilities within about 1e-6; the caveat of
+    another shape (log-probabilities within 1e-5; the caveat of
     :class:`g2po_bench.algorithms.backends.local.sampling.SeededCategorical`). On the CPU the
     cache is preallocated for ``W + max_new_tokens`` positions (:func:`_new_cache`).
 
