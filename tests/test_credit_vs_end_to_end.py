@@ -132,15 +132,14 @@ COMMITTED_STUDIES = Path(__file__).resolve().parents[1] / "results" / "credit"
 def test_the_committed_studies_vs_end_to_end_is_what_the_script_prints(study, capsys):
     """results/credit/<study>/vs_end_to_end.md is `python scripts/credit_vs_end_to_end.py <study>` on the
     committed study and the committed comparison (results/proxy/sweep/runs): a version 2 study of 208 task
-    groups on a commit of the suite (the warm start's record says dirty: the trained study's untracked
-    outputs lay in the same checkout; results/credit/README.md), with a Spearman and a gradient alignment for
-    each of the comparison's 7 estimators."""
+    groups on a clean checkout of a commit of the suite (results/credit/README.md), with a Spearman and a
+    gradient alignment for each of the comparison's 7 estimators."""
     import json
 
     folder = COMMITTED_STUDIES / study
     record = json.loads((folder / "credit.json").read_text())
     assert record["version"] == 2 and record["settings"]["groups"] == 208 and record["groups"] == [0, 208]
-    assert record["code"]["commit"].startswith("7137a35")
+    assert record["code"]["commit"].startswith("0a7c471") and record["code"]["dirty"] is False
     runs = COMMITTED_STUDIES.parent / "proxy" / "sweep" / "runs"
     assert C.main([str(folder), "--runs", str(runs)]) == 0
     printed = capsys.readouterr().out
