@@ -297,6 +297,20 @@ def test_sticky_order_keeps_each_slot_on_its_last_task():
     assert sticky_order(jobs[:2], tasks[:2], [7, 7, 7]) == jobs[:2]
 
 
+def test_play_order_plays_tasks_in_blocks_long_prefixes_first():
+    """Prefixes go in blocks of TASK_BLOCK tasks, and within a block by length, longest first
+    (ties by index): a later block's long prefix waits for an earlier block's short one."""
+    from g2po_bench.analysis.credit.study import TASK_BLOCK, play_order
+
+    b = TASK_BLOCK
+    task = [0, b, 1, b + 1, 0, 2 * b]
+    step = [1, 9, 3, 0, 3, 5]
+    assert play_order(task, step) == [2, 4, 0, 1, 3, 5]
+    # one block: long prefixes first over all tasks
+    assert play_order([0, 1, 2, 1], [2, 5, 2, 0]) == [1, 0, 2, 3]
+    assert play_order([], []) == []
+
+
 def test_batched_and_unbatched_continuations_of_a_local_model_are_identical(tmp_path):
     """The same with a (tiny, untrained) transformers policy: per-sample seeds through generate()."""
     import sys

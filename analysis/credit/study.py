@@ -88,7 +88,7 @@ from g2po_bench.core.batch import StepBatch
 from g2po_bench.core.protocol import STATE_KEY_RULES, Task
 from g2po_bench.core.seeding import mix_seed, text_seed
 
-__all__ = ["CreditSettings", "CreditStudy", "task_order", "choose_tasks", "shard_range", "rollout_seed", "sticky_order",
+__all__ = ["CreditSettings", "CreditStudy", "task_order", "choose_tasks", "shard_range", "rollout_seed", "sticky_order", "play_order",
            "sample_groups", "continuation_seed", "run_continuations", "run_study", "COUPLINGS", "MC_ORACLE"]
 
 COUPLINGS = ("common", "independent")
@@ -321,8 +321,7 @@ def run_continuations(policy, pool, bench, cfg, tasks: Sequence[Task], rows: Stu
                         ok=np.zeros((n_prefix, k_count), dtype=bool), merged=np.zeros((n_prefix, k_count), dtype=bool))
     kw = training_rollout_settings(cfg)
     kw["group_size"] = 1
-    # long prefixes first: a wave then holds episodes with similar remaining horizons
-    order = sorted(range(n_prefix), key=lambda p: (-rows.prefixes[p].step, p))
+    order = play_order([x.task_index for x in rows.prefixes], [x.step for x in rows.prefixes])
     jobs = [(p, k) for p in order for k in range(k_count)]
     timing = {"resets": 0.0, "replays": 0.0, "generation": 0.0, "env_steps": 0.0, "first_step_joins": 0}
     # (task, k, actions so far) -> (success, episode length): with common random numbers every
@@ -425,6 +424,30 @@ def _play_wave(policy, pool, bench, kw: dict, tasks: Sequence[Task], rows: Study
         for s in range(x.step, len(acts) + int(tr["cut"])):
             known.setdefault((x.task_index, k, tuple(acts[:s])), end)
     return {job: ends[j] for j, job in enumerate(chunk)}
+
+
+#: tasks whose continuations are played together (:func:`play_order`): the 16 games a worker's
+#: engine memos hold (``SAS_CACHE_SIZE`` of the ALFWorld engine: 32 translations, two per game)
+TASK_BLOCK = 16
+
+
+def play_order(task_index: Sequence[int], step: Sequence[int]) -> list[int]:
+    """The order in which a study plays its prefixes' continuations (the waves are cut from it).
+
+    Tasks go in blocks of :data:`TASK_BLOCK` (by task index), and within a block long prefixes
+    go first: a wave then holds episodes with similar remaining horizons, and a task's longer
+    prefixes end before its shorter ones start, so these join the known ends. Without the blocks
+    (long prefixes first over all tasks) a 208-group study's waves each touched most of its 208
+    games, the workers' memos no longer held them, and game loads grew to a quarter of the
+    continuations (``docs/credit.md`` "Speed").
+
+    Args:
+        task_index, step: (P,) ints, each prefix's task and length.
+
+    Returns:
+        the P prefix indices, in play order.
+    """
+    return sorted(range(len(step)), key=lambda p: (task_index[p] // TASK_BLOCK, -step[p], p))
 
 
 def sticky_order(jobs: Sequence[tuple[int, int]], tasks: Sequence[int], slot_tasks: Sequence[int]) -> list[tuple[int, int]]:
