@@ -139,7 +139,8 @@ def test_the_committed_studies_vs_end_to_end_is_what_the_script_prints(study, ca
     folder = COMMITTED_STUDIES / study
     record = json.loads((folder / "credit.json").read_text())
     assert record["version"] == 2 and record["settings"]["groups"] == 208 and record["groups"] == [0, 208]
-    assert record["code"]["commit"].startswith("0a7c471") and record["code"]["dirty"] is False
+    commit = {"g2po54-h15-g208": "0a7c471", "warm_start-h15-g208": "7962ddd"}[study]
+    assert record["code"]["commit"].startswith(commit) and record["code"]["dirty"] is False
     runs = COMMITTED_STUDIES.parent / "proxy" / "sweep" / "runs"
     assert C.main([str(folder), "--runs", str(runs)]) == 0
     printed = capsys.readouterr().out
