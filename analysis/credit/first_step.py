@@ -24,9 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from g2po_bench.analysis.credit.replay import CreditHooks, EpisodeStart
+from g2po_bench.analysis.credit.replay import CreditHooks, EpisodeStart, step_seed
 from g2po_bench.benchmarks.rollout import collect_rollouts
-from g2po_bench.core.seeding import mix_seed
 from g2po_bench.runtime.policy_protocol import Generation
 
 __all__ = ["SampleMemo", "first_step_joins"]
@@ -123,8 +122,8 @@ def first_step_joins(memo: SampleMemo, pool, bench, kw: dict[str, Any], tasks: S
     if not leaders:
         return {}, {}, []
     pre = [prefixes[p] for p in leaders]
-    memo.fan_out([mix_seed(i, x.step) for i, x in enumerate(pre)],
-                 [[mix_seed(s, x.step) for _, s in ks[p]] for p, x in zip(leaders, pre)])
+    memo.fan_out([step_seed(i, x.step) for i, x in enumerate(pre)],
+                 [[step_seed(s, x.step) for _, s in ks[p]] for p, x in zip(leaders, pre)])
     hooks = CreditHooks(bench, starts=[EpisodeStart(x.actions, x.observations, x.valid) for x in pre],
                         sample_seeds=list(range(len(pre))),
                         known_end=lambda i, actions: len(actions) > pre[i].step)

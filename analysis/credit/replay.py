@@ -20,7 +20,15 @@ from g2po_bench.core.protocol import Observation
 from g2po_bench.core.seeding import mix_seed
 from g2po_bench.runtime.policy_protocol import supports_sample_seeds
 
-__all__ = ["EpisodeStart", "ReplayMismatch", "CreditHooks"]
+__all__ = ["EpisodeStart", "ReplayMismatch", "CreditHooks", "step_seed"]
+
+
+def step_seed(sample_seed: int, step: int) -> int:
+    """The sampling seed of step ``step`` of an episode whose own seed is ``sample_seed``
+    (``mix_seed(sample_seed, step)``, :func:`g2po_bench.core.seeding.mix_seed`): the one rule by
+    which a study's episodes draw their actions, so two episodes with the same seed and history
+    sample the same action (:class:`CreditHooks`, the first-step fan-out)."""
+    return mix_seed(sample_seed, step)
 
 
 @dataclass(frozen=True)
@@ -179,7 +187,7 @@ class CreditHooks(RolloutHooks):
         ``sample_seeds``."""
         if self.sample_seeds is None:
             return None
-        return [mix_seed(self.sample_seeds[ep.index], ep.num_steps) for ep in episodes]
+        return [step_seed(self.sample_seeds[ep.index], ep.num_steps) for ep in episodes]
 
     def should_stop(self, episode: Episode) -> bool:
         """``known_end(i, actions so far)`` (False without ``known_end``)."""

@@ -45,7 +45,7 @@ import torch
 
 from g2po_bench.core.seeding import uniforms
 
-__all__ = ["SamplingParams", "SampledLogprobs", "SeededCategorical", "model_generation_overrides"]
+__all__ = ["SamplingParams", "SampledLogprobs", "SeededCategorical", "model_generation_overrides", "accepts_keyword"]
 
 # GenerationConfig fields that switch a logits processor on, with their neutral value
 # (transformers GenerationMixin._get_logits_processor); set explicitly on every call so that
@@ -180,7 +180,7 @@ class SamplingParams:
         if seeded is not None:
             procs.append(seeded)
         kwargs: dict[str, Any] = {"generation_config": config, "logits_processor": procs}
-        if _accepts(model.generate, "use_model_defaults"):
+        if accepts_keyword(model.generate, "use_model_defaults"):
             kwargs["use_model_defaults"] = False
         return kwargs
 
@@ -206,7 +206,10 @@ class SamplingParams:
                 "repetition_penalty": 1.0, "model_generation_config": "ignored (explicit GenerationConfig)"}
 
 
-def _accepts(fn, name: str) -> bool:
+def accepts_keyword(fn, name: str) -> bool:
+    """Whether the callable ``fn`` (a model's ``forward`` or ``generate``) takes the keyword
+    ``name``: transformers adds and renames keywords between versions. False when its
+    signature cannot be read."""
     try:
         return name in inspect.signature(fn).parameters
     except (TypeError, ValueError):

@@ -21,7 +21,6 @@ reproduced to the bit).
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Sequence
 
@@ -33,6 +32,7 @@ from g2po_bench.algorithms.backends.local.sampling import (
     SampledLogprobs,
     SamplingParams,
     SeededCategorical,
+    accepts_keyword,
 )
 from g2po_bench.runtime.policy_protocol import Generation
 
@@ -224,18 +224,10 @@ class LocalPolicy:
         return out  # type: ignore[return-value]
 
 
-def _accepts_keyword(model, name: str) -> bool:
-    """The model's forward takes the keyword ``name``."""
-    try:
-        return name in inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 def _cache_keyword(model) -> str:
     """The keyword under which the model's forward and ``generate`` take a KV cache:
     ``cache`` (transformers 5) or ``past_key_values`` (4.x)."""
-    return "cache" if _accepts_keyword(model, "cache") else "past_key_values"
+    return "cache" if accepts_keyword(model.forward, "cache") else "past_key_values"
 
 
 def _new_cache(model, length: int, device: torch.device):
@@ -302,7 +294,7 @@ def shared_prefill(model, prompts: Sequence[Sequence[int]], input_ids: torch.Ten
     key = _cache_keyword(model)
     cache = _new_cache(model, input_ids.shape[1] + int(max_new_tokens), input_ids.device)
     extra: dict[str, object] = {key: cache}
-    if _accepts_keyword(model, "logits_to_keep"):
+    if accepts_keyword(model.forward, "logits_to_keep"):
         extra["logits_to_keep"] = 1  # the prefill's logits are not used: skip the head on W - 1 columns
     model(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=True, **extra)
     if len(first) < len(source):
