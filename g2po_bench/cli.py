@@ -353,7 +353,7 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
         takes_overrides = hasattr(args, "overrides")
         unknown = [x for x in extra if not (takes_overrides and _OVERRIDE.match(x))]
         if unknown:  # name only the words that are wrong, and the subcommand whose help lists its options
-            command = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+            command = getattr(parser, "subcommands", None)
             sub = command.choices.get(getattr(args, "command", None)) if command is not None else None
             (sub or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
         args.overrides = [*(args.overrides or []), *extra]

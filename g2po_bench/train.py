@@ -232,7 +232,8 @@ def check_run_for_eval(run_dir: str | Path) -> tuple[Path, Path]:
     """
     run = Path(run_dir)
     if not run.is_dir():
-        raise ConfigError(f"--run {str(run)!r}: the folder does not exist; pass a run folder written by "
+        what = "is a file, not a folder" if run.exists() else "the folder does not exist"
+        raise ConfigError(f"--run {str(run)!r}: {what}; pass a run folder written by "
                           "`g2po train` (e.g. results/runs/<run_id>), or model.path=MODEL_FOLDER instead of --run")
     config = run / "config.yaml"
     if not config.is_file():

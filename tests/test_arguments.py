@@ -4,7 +4,7 @@ import argparse
 
 import pytest
 
-from g2po_bench.core.arguments import non_negative_int, positive_int
+from g2po_bench.core.arguments import int_at_least, non_negative_int, positive_int
 
 
 def test_whole_numbers_at_their_bounds():
@@ -12,6 +12,7 @@ def test_whole_numbers_at_their_bounds():
     assert positive_int("16") == 16
     assert non_negative_int("0") == 0
     assert non_negative_int("7") == 7
+    assert int_at_least(2)("2") == 2
 
 
 @pytest.mark.parametrize("fn, text, message", [
@@ -20,6 +21,8 @@ def test_whole_numbers_at_their_bounds():
     (non_negative_int, "-1", "'-1' must be >= 0"),
     (positive_int, "2.5", "'2.5' is not a whole number"),
     (non_negative_int, "abc", "'abc' is not a whole number"),
+    (int_at_least(2), "1", "'1' must be >= 2"),
+    (int_at_least(2), "x", "'x' is not a whole number"),
 ])
 def test_bad_values_are_named(fn, text, message):
     with pytest.raises(argparse.ArgumentTypeError) as info:

@@ -57,7 +57,7 @@ from g2po_bench.analysis.credit.resolution import groups_for_half_width
 from g2po_bench.analysis.credit.study import CreditSettings, choose_tasks, run_study
 from g2po_bench.benchmarks.registry import get_benchmark
 from g2po_bench.benchmarks.toy.scripted_policy import ScriptedCorridorPolicy
-from g2po_bench.core.arguments import non_negative_int, positive_int
+from g2po_bench.core.arguments import int_at_least, non_negative_int, positive_int
 from g2po_bench.core.config import ConfigError, config_to_yaml, output_folder_problem
 from g2po_bench.core.rundir import RunDir, code_version
 from g2po_bench.runconfig import load_config
@@ -77,10 +77,11 @@ def add_credit_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--policy", choices=POLICIES, default="model",
                    help="model (default: --run, model.path or the warm start) or toy-scripted (env.name=toy)")
     p.add_argument("--groups", type=positive_int, default=16, help="task groups G (default 16)")
-    p.add_argument("--group-size", type=positive_int, default=8, help="rollouts per group N (default 8, as training)")
+    p.add_argument("--group-size", type=int_at_least(2), default=8,
+                   help="rollouts per group N (>= 2; default 8, as training)")
     p.add_argument("--continuations", type=non_negative_int, default=16,
                    help="continuations K per prefix (even, default 16; 0 only with --exact)")
-    p.add_argument("--seed", type=int, default=0, help="seed of tasks, rollouts and continuations (default 0)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of tasks, rollouts and continuations (default 0)")
     p.add_argument("--decisive", type=float, default=0.2, help="|A*| of a decisive step (default 0.2)")
     p.add_argument("--coupling", choices=("common", "independent"), default="common",
                    help="random numbers of continuation k shared by the prefixes of a task (common, default) or not")
@@ -179,7 +180,8 @@ def parse_shard(text: str | None) -> tuple[int, int]:
     except ValueError:
         raise ConfigError(f"--shard {text!r}: give I/N, e.g. --shard 2/8 (the second of eight shards)") from None
     if not 1 <= i <= n:
-        raise ConfigError(f"--shard {text!r}: I must be in 1..N")
+        raise ConfigError(f"--shard {text!r}: the shard number must be 1..{max(n, 1)} (the count N >= 1), "
+                          "e.g. --shard 2/8 (the second of eight shards)")
     return i - 1, n
 
 
@@ -427,7 +429,8 @@ def run_pool_command(args) -> tuple[Path, dict[str, Any]]:
         except (OSError, ValueError) as exc:
             raise ConfigError(str(exc)) from None
     if not parts:
-        raise ConfigError(f"--pool: no shard record (credit.json) under {', '.join(args.pool)}")
+        raise ConfigError(f"--pool: no shard record (credit.json) under {', '.join(args.pool)}; pass the shards' "
+                          "output folders (each holds a credit.json written by g2po credit --shard I/N)")
     if args.out is None and len(args.pool) != 1:
         raise ConfigError("--pool of several folders needs --out (where the pooled study goes)")
     out = Path(args.out) if args.out is not None else Path(args.pool[0]) / "pooled"
@@ -456,8 +459,8 @@ def _refuse_study_options(args: argparse.Namespace) -> None:
     """
     parser = add_credit_arguments(argparse.ArgumentParser())
     defaults = vars(parser.parse_args([]))
-    study_options = {o for a in parser._actions if a.dest not in (*POOL_OPTIONS, "help", "overrides")
-                     for o in a.option_strings}
+    # every option's name is its destination's (add_credit_arguments sets no dest of its own)
+    study_options = {f"--{k.replace('_', '-')}" for k in defaults if k not in (*POOL_OPTIONS, "overrides")}
     # the words given (the command line when known: an option at its default value is refused too)
     words = [w.split("=", 1)[0] for w in (getattr(args, "argv", None) or [])]
     given = list(dict.fromkeys(w for w in words if w in study_options))

@@ -206,7 +206,10 @@ def read_gradients(folder: str | os.PathLike, record: dict[str, Any]) -> GroupGr
 
 
 def find_records(root: str | os.PathLike) -> list[Path]:
-    """Every ``credit.json`` under ``root`` (itself included; hidden folders skipped), sorted."""
+    """Every ``credit.json`` under ``root`` (itself included; hidden folders skipped), sorted; a
+    ``credit.json`` file given as ``root`` is itself."""
+    if Path(root).is_file() and Path(root).name == CREDIT_FILE:
+        return [Path(root)]
     found = []
     for dirpath, dirnames, filenames in os.walk(Path(root)):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["ArgumentParser", "positive_int", "non_negative_int"]
+__all__ = ["ArgumentParser", "positive_int", "non_negative_int", "int_at_least"]
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -21,8 +21,32 @@ class ArgumentParser(argparse.ArgumentParser):
     argparse does. Subparsers made by :meth:`add_subparsers` are of this class too.
     """
 
+    #: the subcommands' action of :meth:`add_subparsers` (None before it is called)
+    subcommands: argparse.Action | None = None
+
     def error(self, message: str):  # noqa: D102 (argparse's hook)
         self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the options)\n")
+
+    def add_subparsers(self, **kwargs):  # noqa: D102 (argparse's; remembered in ``subcommands``)
+        if self.subcommands is None:
+            self.subcommands = super().add_subparsers(**kwargs)
+            return self.subcommands
+        return super().add_subparsers(**kwargs)  # argparse's own error: one subcommand set per parser
+
+
+def int_at_least(minimum: int):
+    """The value type of a whole number >= ``minimum`` (e.g. ``type=int_at_least(2)`` for a group
+    size: a group compares two rollouts at least).
+
+    Returns:
+        a function ``text -> int`` that raises :class:`argparse.ArgumentTypeError` for text that
+        is not a whole number or is below ``minimum``.
+    """
+    def parse(text: str) -> int:
+        return _int_at_least(text, minimum)
+
+    parse.__name__ = f"int_at_least_{minimum}"
+    return parse
 
 
 def _int_at_least(text: str, minimum: int) -> int:
