@@ -42,7 +42,7 @@ TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "mode
 
 
 def test_expert_demonstrations_fit_the_presets_prompt_and_response_budgets(tmp_path):
-    """Replays the instruction expert on every 8th of the preset's 800 demonstration goals and on
+    """Replays the instruction expert on every 24th of the preset's 2,400 demonstration goals and on
     every 2nd goal of its held-out panel, builds a tokenizer as the warm start does (a BPE of
     ``model.vocab_size`` on the demonstrations, the catalogue's ids and option values added) and
     counts tokens as the policy does (chat template, EOS after the response)."""
@@ -53,7 +53,7 @@ def test_expert_demonstrations_fit_the_presets_prompt_and_response_budgets(tmp_p
     with EnvPool(bench, cfg.env, 1) as pool:
         demos = {name: collect_demonstrations(pool, bench, tasks, max_steps=cfg.env.max_steps,
                                               history_length=cfg.env.history_length, prompt_style=cfg.env.prompt)[0]
-                 for name, tasks in (("training", demonstration_tasks(cfg, train_tasks)[::8]), ("held-out", panel[::2]))}
+                 for name, tasks in (("training", demonstration_tasks(cfg, train_tasks)[::24]), ("held-out", panel[::2]))}
     corpus = [d.prompt for d in demos["training"]] + [d.response for d in demos["training"]]
     build_tiny_model(tmp_path / "m", corpus, vocab_size=cfg.model.vocab_size, hidden_size=32, num_layers=1,
                      num_heads=2, intermediate_size=64, words=bench.tokenizer_words(cfg.env))
