@@ -125,7 +125,9 @@ def _replay(pool, benchmark, tasks, max_steps, history_length, prompt_style, on_
             response = benchmark.expert_response(action, obs[i], style=prompt_style)
             if not isinstance(action, Mistake):  # a deliberate mistake is played, never imitated
                 steps[i].append(Demonstration(tasks[i].task_id, t, prompt, response))
-            history[i].append((obs[i].text, action))
+            # the history shows what the agent reads from the response (StepPromptAgent.read), as in
+            # a rollout: WebShop's parser lowercases, so its history shows lowercase queries and ids
+            history[i].append((obs[i].text, benchmark.parse_response(response).action))
             step_items.append((i, action))
         new = pool.step(step_items)
         for i, _ in step_items:

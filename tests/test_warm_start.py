@@ -46,6 +46,9 @@ def test_key_ignores_seed_estimator_and_rl_settings_but_not_the_warm_start_setti
     settings = warm_start_settings(base)
     assert {"sft_micro_batch_size", "sft_first_step_tasks"}.isdisjoint(settings["train"])
     assert "item_tokens" not in settings["model"] and "max_train_tasks" not in settings["env"]
+    # a benchmark whose demonstrations changed has its revision in the key; the others keep theirs
+    assert "demos" not in settings and settings["env"]["name"] != "webshop"
+    assert warm_start_settings(_cfg(tmp_path, "env.name=webshop"))["demos"] == 2
 
 
 def _weights(path):
@@ -108,8 +111,8 @@ def test_detour_demonstrations_visit_another_receptacle_first_and_still_win(tmp_
     env.close()
     cfg = load_config(None, ["env.data_dir=" + str(root), "env.num_workers=1"])
     with EnvPool(get_benchmark("alfworld"), cfg.env, 1) as pool:
-        plain, win0 = collect_demonstrations(pool, alfworld, tasks, max_steps=50)
-        every, win1 = collect_demonstrations(pool, alfworld, tasks, max_steps=50, detour_prob=1.0)
+        plain, win0 = collect_demonstrations(pool, get_benchmark("alfworld"), tasks, max_steps=50)
+        every, win1 = collect_demonstrations(pool, get_benchmark("alfworld"), tasks, max_steps=50, detour_prob=1.0)
     assert win0 == win1 == 1.0
     assert len(every) == len(plain) + len(tasks)  # one extra step per demonstration
 
@@ -156,7 +159,7 @@ def test_replay_skips_a_conditional_action_the_observation_does_not_admit():
     plan = [IfAdmissible("open door"), "go east", IfAdmissible("look"), "go east", IfAdmissible("open door"),
             "go east", IfAdmissible("open door")]
     bench = SimpleNamespace(expert_actions=lambda t: list(plan), build_prompt=toy.build_prompt,
-                            expert_response=toy.expert_response)
+                            expert_response=toy.expert_response, parse_response=get_benchmark("toy").parse_response)
     with EnvPool(get_benchmark("toy"), None, 1) as pool:
         demos, win = collect_demonstrations(pool, bench, [task], max_steps=10)
         cut, _ = collect_demonstrations(pool, bench, [task], max_steps=2)
@@ -180,10 +183,10 @@ def test_opening_detours_on_real_games_show_the_contents_then_leave():
     tasks = alfworld.find_games(root, "valid_seen")[::7][:20]
     cfg = load_config(None, ["env.data_dir=" + str(root), "env.num_workers=1"])
     with EnvPool(get_benchmark("alfworld"), cfg.env, 1) as pool:
-        walk, _ = collect_demonstrations(pool, alfworld, tasks, max_steps=50, detour_prob=1.0)
-        look, win = collect_demonstrations(pool, alfworld, tasks, max_steps=50, detour_prob=1.0,
+        walk, _ = collect_demonstrations(pool, get_benchmark("alfworld"), tasks, max_steps=50, detour_prob=1.0)
+        look, win = collect_demonstrations(pool, get_benchmark("alfworld"), tasks, max_steps=50, detour_prob=1.0,
                                            detour_open_prob=1.0)
-        slip, win_slip = collect_demonstrations(pool, alfworld, tasks, max_steps=50, detour_prob=1.0,
+        slip, win_slip = collect_demonstrations(pool, get_benchmark("alfworld"), tasks, max_steps=50, detour_prob=1.0,
                                                 detour_open_prob=1.0, recovery_prob=1.0)
     assert win == win_slip == 1.0
     opens = [d for d in look if d.step == 1 and "<action>open " in d.response]
@@ -237,8 +240,8 @@ def test_stall_demonstrations_still_win_on_real_games():
     tasks = alfworld.find_games(root, "valid_seen", ["pick_and_place_simple"])[:4]
     cfg = load_config(None, ["env.data_dir=" + str(root), "env.num_workers=1"])
     with EnvPool(get_benchmark("alfworld"), cfg.env, 1) as pool:
-        plain, win0 = collect_demonstrations(pool, alfworld, tasks, max_steps=30)
-        stalled, win1 = collect_demonstrations(pool, alfworld, tasks, max_steps=30, stall_prob=0.6, seed=1)
+        plain, win0 = collect_demonstrations(pool, get_benchmark("alfworld"), tasks, max_steps=30)
+        stalled, win1 = collect_demonstrations(pool, get_benchmark("alfworld"), tasks, max_steps=30, stall_prob=0.6, seed=1)
     assert win0 == win1 == 1.0
     extra = [d for d in stalled if "examine " in d.response]
     assert len(stalled) == len(plain) + len(extra) and extra
@@ -268,8 +271,8 @@ def test_mistake_is_inserted_after_the_detour_and_never_imitated():
     tasks = alfworld.find_games(root, "valid_seen", ["pick_and_place_simple"])[:4]
     cfg = load_config(None, ["env.data_dir=" + str(root), "env.num_workers=1"])
     with EnvPool(get_benchmark("alfworld"), cfg.env, 1) as pool:
-        plain, _ = collect_demonstrations(pool, alfworld, tasks, max_steps=50, detour_prob=1.0)
-        slips, win = collect_demonstrations(pool, alfworld, tasks, max_steps=50, detour_prob=1.0,
+        plain, _ = collect_demonstrations(pool, get_benchmark("alfworld"), tasks, max_steps=50, detour_prob=1.0)
+        slips, win = collect_demonstrations(pool, get_benchmark("alfworld"), tasks, max_steps=50, detour_prob=1.0,
                                             recovery_prob=1.0)
     assert win == 1.0
     assert len(slips) == len(plain)  # the mistake step is played but not recorded

@@ -54,7 +54,8 @@ def test_synthetic_default_through_the_worker_harness(cfg):
 
     tasks = ws.load_tasks(cfg, "train")[:6]
     with EnvPool(get_benchmark("webshop"), cfg, num_workers=2) as pool:
-        demos, win_rate = collect_demonstrations(pool, ws, tasks, max_steps=cfg.max_steps, history_length=2)
+        demos, win_rate = collect_demonstrations(pool, get_benchmark("webshop"), tasks, max_steps=cfg.max_steps,
+                                                 history_length=2)
         assert win_rate == 1.0
         assert len(demos) == sum(len(ws.expert_actions(t)) for t in tasks)
         for d in demos:
@@ -64,6 +65,11 @@ def test_synthetic_default_through_the_worker_harness(cfg):
         first = [d for d in demos if d.task_id == tasks[0].task_id]
         assert [parse_response(d.response).action for d in first] == [a.lower() for a in ws.expert_actions(tasks[0])]
         assert "Prior to this step, you have already taken 1 step(s)" in first[1].prompt
+        # the history shows the action as a rollout's does: as the agent reads it (lowercase)
+        task = next(t for t in tasks if ws.expert_actions(t)[0] != ws.expert_actions(t)[0].lower())
+        said = ws.expert_actions(task)[0]  # search[Find me ...]
+        second = [d for d in demos if d.task_id == task.task_id][1]
+        assert f"Action 1: '{said.lower()}'" in second.prompt and said not in second.prompt
         # a second round in the same workers: resets reuse the loaded catalogue
         obs = pool.reset([(0, tasks[1])])
         assert obs[0].text.startswith("WebShop [SEP] Instruction: [SEP] ")

@@ -49,6 +49,11 @@ __all__ = ["WarmStart", "warm_start_settings", "warm_start_key", "ensure_warm_st
 
 #: bump when the warm start built for the same settings changes (invalidates caches).
 WARM_START_VERSION = 1
+#: benchmarks whose demonstrations changed since version 1, and their revision (in the key, so
+#: their cached warm starts are rebuilt and the others' kept): 2 = the prompts' action history
+#: shows the action as the agent reads it from the response, as in a rollout (WebShop lowercases
+#: it; the other benchmarks' expert actions read back unchanged)
+DEMO_REVISIONS = {"webshop": 2}
 
 
 class WarmStart:
@@ -107,7 +112,10 @@ def warm_start_settings(cfg) -> dict[str, Any]:
     train = {k: v for k, v in d["train"].items()
              if (k.startswith("sft_") or k in ("max_prompt_tokens", "warm_start_seed"))
              and not (k in _NEUTRAL_SFT and v == _NEUTRAL_SFT[k])}
-    return {"version": WARM_START_VERSION, "env": env, "model": model, "train": train}
+    out = {"version": WARM_START_VERSION, "env": env, "model": model, "train": train}
+    if name in DEMO_REVISIONS:
+        out["demos"] = DEMO_REVISIONS[name]
+    return out
 
 
 def warm_start_key(cfg) -> str:
