@@ -145,6 +145,8 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["credit", "--run", str(a_file)], "is a file, not a folder"),
         (["credit", "--shard", "3/2"], "the shard number must be 1..2"),
         (["credit", "--pool", str(empty)], "pass the shards' output folders"),
+        (["credit", "--pool", missing], "does not exist; pass the shards' output folders"),
+        (["credit", "--shard", "1/0"], "the count N must be >= 1"),
         (["bench", "credit", "--policy", "toy-scripted"], "env.name=toy"),
         (["config", "env.name=toy", "--config", str(bad_yaml), "notanoverride"],
          "unrecognized arguments: notanoverride"),

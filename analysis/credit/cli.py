@@ -107,7 +107,8 @@ def add_credit_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--shard", default=None, metavar="I/N",
                    help="play the I-th (1-based) of N contiguous ranges of whole blocks of the --groups")
     p.add_argument("--pool", nargs="+", default=None, metavar="DIR",
-                   help="pool the shard records (credit.json) found under DIR... into one study (no new study)")
+                   help="pool the shard records (credit.json) found under DIR... (or credit.json files) into one study "
+                        "(no new study)")
     p.add_argument("--target-half-width", type=float, default=None, metavar="W",
                    help="after --groups, add blocks of groups until every paired difference of the main rows (Spearman "
                         "and gradient alignment with A*) has a 95 %% CI of half-width <= W, or --max-groups")
@@ -179,9 +180,11 @@ def parse_shard(text: str | None) -> tuple[int, int]:
         i, n = (int(x) for x in text.split("/"))
     except ValueError:
         raise ConfigError(f"--shard {text!r}: give I/N, e.g. --shard 2/8 (the second of eight shards)") from None
+    if n < 1:
+        raise ConfigError(f"--shard {text!r}: the count N must be >= 1, e.g. --shard 2/8 (the second of eight shards)")
     if not 1 <= i <= n:
-        raise ConfigError(f"--shard {text!r}: the shard number must be 1..{max(n, 1)} (the count N >= 1), "
-                          "e.g. --shard 2/8 (the second of eight shards)")
+        raise ConfigError(f"--shard {text!r}: the shard number must be 1..{n}, e.g. --shard 2/8 (the second of "
+                          "eight shards)")
     return i - 1, n
 
 
@@ -415,6 +418,9 @@ def run_pool_command(args) -> tuple[Path, dict[str, Any]]:
     """
     _refuse_study_options(args)
     _check_out(args.out)
+    missing = [d for d in args.pool if not Path(d).exists()]
+    if missing:
+        raise ConfigError(f"--pool: {', '.join(missing)} does not exist; pass the shards' output folders")
     paths = [p for d in args.pool for p in find_records(d)]
     parts = []
     for path in paths:

@@ -255,8 +255,9 @@ def shard_range(groups: int, batch_groups: int, shard: int = 0, shards: int = 1)
         raise ValueError(f"shard must be in 0..{shards - 1} of {shards} shards, got {shard}")
     blocks = -(-groups // batch_groups)
     if shards > blocks:
-        raise ValueError(f"{shards} shards of a study of {groups} groups in {blocks} blocks of {batch_groups} "
-                         f"(train.groups_per_batch): at most {blocks} shards")
+        raise ValueError(f"{shards} shards of a study of {groups} groups in {blocks} block(s) of {batch_groups} "
+                         f"(--batch-groups, default train.groups_per_batch): at most {blocks} shard(s); use fewer "
+                         f"shards, more --groups or a smaller --batch-groups (a shard plays whole blocks)")
     first, stop = shard * blocks // shards, (shard + 1) * blocks // shards
     return first * batch_groups, min(stop * batch_groups, groups)
 
