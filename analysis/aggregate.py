@@ -171,8 +171,9 @@ def improvement_over_warm_start(
     n_boot: int = DEFAULT_N_BOOT,
     seed: int = 0,
     at_train_temperature: bool = False,
+    metric: str = "success",
 ) -> pd.DataFrame:
-    """Held-out success after RL minus success before RL (after the warm start), per method.
+    """Held-out success (or score) after RL minus before RL (after the warm start), per method.
 
     For each (env, model size, method label), the runs' ``eval.json`` ``before`` and ``final``
     evaluations give per-episode successes on the same panel; the improvement is their mean
@@ -188,15 +189,27 @@ def improvement_over_warm_start(
             (``eval.json`` ``at_train_temperature``, written with ``eval.at_train_temperature``): a
             group is kept only when every run has that record with per-episode successes (no
             fallback), and ``before``/``final`` are then the means of those episodes.
+        metric: ``"success"`` (per-episode successes, in %) or ``"score"`` (the per-episode scores
+            of ``eval.json`` ``episode_scores``, 0-100: WebShop's purchase reward x 100, 0 for an
+            episode that never buys, the paper's WebShop score). For the score a group is kept only
+            when every run has per-episode scores before and after (no fallback over seeds).
 
     Returns:
         One row per group: ``env, model_size, method_label, seeds, before, final, improvement,
-        ci_low, ci_high, ci_kind`` (success values in %, ``ci_kind`` "episodes x seeds" or "seeds").
+        ci_low, ci_high, ci_kind`` (success in %, or score points; ``ci_kind`` "episodes x seeds"
+        or "seeds").
+
+    Raises:
+        ValueError: ``metric`` is neither "success" nor "score".
     """
+    if metric not in ("success", "score"):
+        raise ValueError(f"metric must be 'success' or 'score', not {metric!r}")
     rows = []
     if runs is None or runs.empty or "before.success_rate" not in runs:
         return pd.DataFrame(columns=["env", "model_size", "method_label", "seeds", "before", "final",
                                      "improvement", "ci_low", "ci_high", "ci_kind"])
+    scale = 100.0 if metric == "success" else 1.0
+    exact = at_train_temperature or metric == "score"
     train = runs[runs.get("kind", "train") == "train"] if "kind" in runs else runs
     for (env, size, label), grp in train.groupby(["env", "model_size", "method_label"], sort=True):
         grp = grp.dropna(subset=["before.success_rate", "final.success_rate"])
@@ -208,8 +221,12 @@ def improvement_over_warm_start(
                 ev = json.loads((Path(p) / "eval.json").read_text())
                 if at_train_temperature:
                     ev = ev["at_train_temperature"]
-                b = [e[1] for e in ev["before"]["episodes"]]
-                f = [e[1] for e in ev["final"]["episodes"]]
+                if metric == "score":
+                    b = [float(x) for x in ev["before"]["episode_scores"]]
+                    f = [float(x) for x in ev["final"]["episode_scores"]]
+                else:
+                    b = [e[1] for e in ev["before"]["episodes"]]
+                    f = [e[1] for e in ev["final"]["episodes"]]
             except (OSError, ValueError, KeyError, TypeError, IndexError):
                 break
             if len(b) != len(f) or len(b) < 2:
@@ -217,13 +234,13 @@ def improvement_over_warm_start(
             before_eps.append(b)
             final_eps.append(f)
         paired = len(before_eps) == len(grp) and len({len(b) for b in before_eps}) == 1
-        if at_train_temperature and not paired:
+        if exact and not paired:
             continue
         b_mean = float(grp["before.success_rate"].mean()) * 100
         f_mean = float(grp["final.success_rate"].mean()) * 100
-        if at_train_temperature:
-            b_mean = 100 * float(np.mean([np.mean(b) for b in before_eps]))
-            f_mean = 100 * float(np.mean([np.mean(f) for f in final_eps]))
+        if exact:
+            b_mean = scale * float(np.mean([np.mean(b) for b in before_eps]))
+            f_mean = scale * float(np.mean([np.mean(f) for f in final_eps]))
         if paired:
             d, lo, hi = paired_improvement_ci(before_eps, final_eps, confidence=confidence, n_boot=n_boot,
                                               seed=seed)
@@ -234,8 +251,8 @@ def improvement_over_warm_start(
             lo, hi = bootstrap_ci(diffs, confidence=confidence, n_boot=n_boot, seed=seed)
             kind = "seeds"
         rows.append({"env": env, "model_size": size, "method_label": label, "seeds": len(grp),
-                     "before": b_mean, "final": f_mean, "improvement": 100 * d,
-                     "ci_low": 100 * lo, "ci_high": 100 * hi, "ci_kind": kind})
+                     "before": b_mean, "final": f_mean, "improvement": scale * d,
+                     "ci_low": scale * lo, "ci_high": scale * hi, "ci_kind": kind})
     return pd.DataFrame(rows)
 
 

@@ -122,6 +122,7 @@ class _Analysis:
     probabilities: pd.DataFrame
     improvement: pd.DataFrame
     improvement_t: pd.DataFrame
+    improvement_score: pd.DataFrame
     differences: dict[bool, pd.DataFrame]
 
 
@@ -223,6 +224,7 @@ def _analyse(loaded: LoadedRuns, which: str, boot: _Bootstrap) -> _Analysis:
         probabilities=improvement_probabilities(scores, **boot.kw()),
         improvement=improvement_over_warm_start(loaded.runs, **boot.kw()),
         improvement_t=improvement_over_warm_start(loaded.runs, at_train_temperature=True, **boot.kw()),
+        improvement_score=improvement_over_warm_start(loaded.runs, metric="score", **boot.kw()),
         differences={t: method_differences(loaded.runs, at_train_temperature=t, **boot.kw()) for t in (False, True)},
     )
 
@@ -264,6 +266,7 @@ def _write_files(out: Path, loaded: LoadedRuns, analysis: _Analysis, tables: dic
     analysis.cells.to_csv(out / "cells.csv", index=False)
     analysis.improvement.to_csv(out / "improvement.csv", index=False)
     optional = {"improvement_at_train_temperature.csv": analysis.improvement_t,
+                "improvement_score.csv": analysis.improvement_score,
                 "differences.csv": analysis.differences[False],
                 "differences_at_train_temperature.csv": analysis.differences[True],
                 "scores.csv": _scores_frame(analysis.scores),
@@ -456,12 +459,12 @@ def _probabilities_table(poi: pd.DataFrame, confidence: float) -> str:
     return _md_table(df)
 
 
-def _improvement_table(imp: pd.DataFrame | None) -> str:
+def _improvement_table(imp: pd.DataFrame | None, unit: str = "%") -> str:
     if imp is None or imp.empty:
         return "_No run with an evaluation before and after RL._"
     df = pd.DataFrame({
         "env": imp["env"], "size": imp["model_size"], "method": imp["method_label"], "seeds": imp["seeds"],
-        "before (%)": imp["before"].map(_fmt), "final (%)": imp["final"].map(_fmt),
+        f"before ({unit})": imp["before"].map(_fmt), f"final ({unit})": imp["final"].map(_fmt),
         "improvement (points)": imp["improvement"].map(lambda v: f"{v:+.1f}"),
         "CI": [f"[{_fmt(a)}, {_fmt(b)}]" for a, b in zip(imp["ci_low"], imp["ci_high"])],
         "CI over": imp["ci_kind"],
@@ -591,6 +594,15 @@ def _improvement_section(rep: _Report) -> list[str]:
             "same CI. File: `improvement_at_train_temperature.csv`.",
             "",
             _improvement_table(rep.analysis.improvement_t).rstrip("\n"),
+            "",
+        ]
+    if not rep.analysis.improvement_score.empty:
+        md += [
+            "The score (WebShop: the purchase reward x 100 averaged over every episode, 0 for one that never "
+            "buys; runs whose `eval.json` has `episode_scores`), after minus before RL in score points, same "
+            "CI. File: `improvement_score.csv`.",
+            "",
+            _improvement_table(rep.analysis.improvement_score, unit="score").rstrip("\n"),
             "",
         ]
     return md

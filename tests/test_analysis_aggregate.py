@@ -137,6 +137,35 @@ def test_improvement_over_warm_start_at_the_panel_and_at_the_training_temperatur
     assert len(improvement_over_warm_start(runs, n_boot=200)) == 1
 
 
+def test_improvement_over_warm_start_in_score_points(tmp_path):
+    """The WebShop score (0-100 per episode, ``episode_scores``) is paired like the successes and
+    stays in score points; a run without per-episode scores leaves its group out."""
+    import json
+
+    from g2po_bench.analysis.aggregate import improvement_over_warm_start
+
+    rows = []
+    for name, before, final in (("s0", [0.0, 100.0, 50.0, 90.0], [80.0, 100.0, 50.0, 90.0]),
+                                ("s1", [100.0, 0.0, 60.0, 0.0], [100.0, 40.0, 60.0, 0.0])):
+        row = _eval_file(tmp_path / name, [x == 100.0 for x in before], [x == 100.0 for x in final])
+        ev = json.loads((tmp_path / name / "eval.json").read_text())
+        ev["before"]["episode_scores"], ev["final"]["episode_scores"] = before, final
+        (tmp_path / name / "eval.json").write_text(json.dumps(ev))
+        rows.append({**row, "env": "webshop"})
+    runs = pd.DataFrame(rows)
+    imp = improvement_over_warm_start(runs, n_boot=500, metric="score").iloc[0]
+    # before (60 + 40) / 2 = 50, final (80 + 50) / 2 = 65: +15 score points (s0 +20, s1 +10)
+    assert [imp["before"], imp["final"], imp["improvement"]] == pytest.approx([50.0, 65.0, 15.0])
+    assert imp["ci_kind"] == "episodes x seeds" and 0.0 <= imp["ci_low"] <= 15.0 <= imp["ci_high"] <= 80.0
+    # the successes of the same runs: before 25 %, final 25 %
+    assert improvement_over_warm_start(runs, n_boot=200).iloc[0]["improvement"] == pytest.approx(0.0)
+    bare = _eval_file(tmp_path / "s2", [0, 0, 1, 1], [0, 1, 1, 1])
+    assert improvement_over_warm_start(pd.concat([runs, pd.DataFrame([{**bare, "env": "webshop"}])]),
+                                       n_boot=200, metric="score").empty
+    with pytest.raises(ValueError, match="metric must be"):
+        improvement_over_warm_start(runs, metric="reward")
+
+
 def test_method_differences_pair_runs_by_seed_and_task(tmp_path):
     from g2po_bench.analysis.aggregate import method_differences
 
