@@ -203,3 +203,36 @@ def test_score_counts_every_episode_a_non_buyer_scores_zero(cfg):
     s_lo, s_hi = ev["success_ci"]
     assert format_rate_ci(ev) == (f"50.0 % [{100 * s_lo:.1f}, {100 * s_hi:.1f}] (n=6), "
                                   f"score 50.0 [{lo:.1f}, {hi:.1f}]")
+
+
+def test_hasty_expert_leaves_out_the_last_option_and_loses(cfg):
+    """``train.sft_detour_prob`` on WebShop: a hasty demonstration buys before its last option
+    click; played through the environment the purchase misses a named value and fails, and the
+    demonstrations drawn hasty are one step shorter."""
+    import numpy as np
+
+    from g2po_bench.benchmarks.demos import collect_demonstrations
+    from g2po_bench.runtime.workers import EnvPool
+
+    tasks = ws.load_tasks(cfg, "train")[:12]
+    plans = [ws.expert_actions(t) for t in tasks]
+    with_options = [i for i, p in enumerate(plans) if len(p) > 3]
+    assert with_options, "the synthetic goals name options"
+    env = ws.make_env(cfg)
+    for i in with_options:
+        hasty = ws.expert_detour(plans[i], None, np.random.default_rng(0))
+        assert hasty == plans[i][:-2] + plans[i][-1:]  # [..., click[<last value>], click[buy now]] -> [..., buy]
+        env.reset(tasks[i])
+        for action in hasty:
+            obs = env.step(action)
+        assert obs.done and not obs.won and 0.0 < obs.reward < 1.0
+    for plain in (["search[x]", "click[b00]", "click[buy now]"], ["search[x]", "click[next >]", "click[b00]",
+                  "click[buy now]"], ["search[x]"]):
+        assert ws.expert_detour(plain, None, np.random.default_rng(0)) == plain  # no option to leave out
+    paged = ["search[x]", "click[next >]", "click[b00]", "click[red]", "click[buy now]"]
+    assert ws.expert_detour(paged, None, None) == ["search[x]", "click[next >]", "click[b00]", "click[buy now]"]
+    with EnvPool(get_benchmark("webshop"), cfg, num_workers=1) as pool:
+        demos, win_rate = collect_demonstrations(pool, get_benchmark("webshop"), tasks, max_steps=cfg.max_steps,
+                                                 history_length=2, detour_prob=1.0)
+    assert win_rate == pytest.approx(1 - len(with_options) / len(tasks))
+    assert len(demos) == sum(len(p) for p in plans) - len(with_options)

@@ -32,7 +32,7 @@ from g2po_bench.benchmarks.webshop.catalog import (
 )
 from g2po_bench.benchmarks.webshop.download import download_webshop
 from g2po_bench.benchmarks.webshop.env import TRAIN_REWARDS, WebShopEnv
-from g2po_bench.benchmarks.webshop.expert import EXPERT_MODES, expert_actions
+from g2po_bench.benchmarks.webshop.expert import EXPERT_MODES, expert_actions, expert_detour
 from g2po_bench.benchmarks.webshop.goals import Goal
 from g2po_bench.benchmarks.webshop.nouns import NounExtractorError, check_noun_extractor
 from g2po_bench.benchmarks.webshop.prompt import (
@@ -117,6 +117,7 @@ class WebShopBenchmark(Benchmark):
     make_env = staticmethod(make_env)
     build_prompt = staticmethod(build_prompt)
     expert_actions = staticmethod(expert_actions)
+    expert_detour = staticmethod(expert_detour)
     expert_response = staticmethod(expert_response)
 
     def step_reward(self, observation: Observation, success_reward: float) -> float:

@@ -216,3 +216,24 @@ def expert_actions(task: Task) -> list[str]:
         env = WebShopEnv(catalog=get_catalog(source, cache_root=payload.get("cache_root")))
         _ENVS[source.key] = env
     return play_expert(env, task, payload.get("expert", "reference")).actions
+
+
+def expert_detour(plan: list[str], first_obs, rng, open_prob: float = 0.0) -> list[str]:
+    """A hasty expert (``train.sft_detour_prob``: the fraction of the WebShop demonstrations made
+    hasty): the plan with its last option click left out, so it buys with one option value that
+    the instruction names missing, and the purchase fails (its option match falls below 1).
+
+    Args:
+        plan: an expert plan, ``[search[...], click[next >]*, click[<product id>], click[<value>]*,
+            click[buy now]]`` (:func:`expert_actions`).
+        first_obs, rng, open_prob: unused (the signature of ALFWorld's ``expert_detour``).
+
+    Returns:
+        A new list: the plan without its last option click; the plan unchanged when it clicks no
+        option or does not end with a purchase.
+    """
+    clicks = [i for i, a in enumerate(plan) if a.startswith("click[") and a != "click[next >]"]
+    if not clicks or plan[-1] != "click[buy now]" or clicks[-1] - clicks[0] < 2:
+        return list(plan)
+    last_option = len(plan) - 2  # [..., click[<product>], click[<value>]..., click[buy now]]
+    return plan[:last_option] + plan[last_option + 1:]

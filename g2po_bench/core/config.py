@@ -275,8 +275,10 @@ class TrainConfig:
     # copies the instruction into search[...], which a tiny model learns from thousands of examples,
     # not from the ~1,000 whole demonstrations a CPU budget affords (docs/webshop-cpu.md)
     sft_first_step_tasks: int = 0
-    # fraction of ALFWorld demonstrations that first visit another receptacle (a searching expert,
-    # benchmarks/alfworld expert_detour); 0 = the planner's walkthroughs only
+    # fraction of the demonstrations the benchmark's expert_detour edits (0 = the expert's own plans
+    # only): ALFWorld's first visit another receptacle (a searching expert, benchmarks/alfworld
+    # expert_detour); WebShop's buy before their last option click (a hasty expert whose purchase
+    # misses a named value and fails, benchmarks/webshop/expert.py expert_detour; docs/webshop-cpu.md)
     sft_detour_prob: float = 1.0
     # probability that a detour to a closed receptacle (drawer, cabinet, fridge, ...) opens it and
     # looks inside before going on; 0 = walks on without looking (the detour before this option),
