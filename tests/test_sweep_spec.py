@@ -204,7 +204,7 @@ def test_webshop_cpu_spec_is_the_preset_with_seven_estimators_and_three_seeds(tm
         assert {k: v for k, v in cfg["env"].items() if k != "state_key"} == \
             {k: v for k, v in preset["env"].items() if k != "state_key"}
         assert cfg["algorithm"]["options"] == {} and cfg["model"]["device"] == "cpu"
-    assert all(r.resources.gpus == 0 and r.resources.cpus == 2 for r in runs)
+    assert all(r.resources.gpus == 0 and r.resources.cpus == 1 for r in runs)
 
 
 def test_every_spec_in_the_folder_is_covered():
