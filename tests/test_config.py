@@ -167,3 +167,14 @@ def test_device_auto_names_the_run_of_the_device_it_resolves_to(monkeypatch):
     assert config_hash(cfg) == config_hash(load_config(None, ["model.device=cuda"])) != config_hash(
         load_config(None, ["model.device=cpu"]))
     assert config_hash(cfg, device="cpu") == config_hash(load_config(None, ["model.device=cpu"]))
+
+
+def test_a_model_folder_under_a_preset_with_item_tokens_says_what_to_add(tmp_path):
+    """--preset webshop_cpu sets model.item_tokens (the tiny model's tokenizer); a model folder keeps its
+    own tokenizer, so model.path without model.item_tokens=false is refused, naming the fix."""
+    (tmp_path / "model").mkdir()
+    with pytest.raises(ConfigError, match=r"'model.item_tokens'.*add model.item_tokens=false"):
+        load_config(None, [f"env.data_dir={tmp_path}", f"model.path={tmp_path / 'model'}"], preset="webshop_cpu")
+    cfg = load_config(None, [f"env.data_dir={tmp_path}", f"model.path={tmp_path / 'model'}", "model.item_tokens=false"],
+                      preset="webshop_cpu")
+    assert cfg.model.path == str(tmp_path / "model") and cfg.model.item_tokens is False

@@ -587,7 +587,8 @@ def _validate_folders(cfg: RunConfig, check_paths: bool) -> None:
     if cfg.model.path is not None and check_paths:
         need(Path(cfg.model.path).is_dir(), "model.path", f"folder {cfg.model.path!r} does not exist")
         need(not cfg.model.item_tokens, "model.item_tokens",
-             "builds the tiny model's tokenizer (model.path unset); a model folder keeps its own tokenizer")
+             "true (a preset may set it) builds the tiny model's tokenizer, and model.path is a model folder "
+             "with its own tokenizer: add model.item_tokens=false")
 
 
 def validate_config(cfg: RunConfig, *, check_paths: bool = True) -> None:
