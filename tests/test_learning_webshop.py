@@ -3,7 +3,7 @@ preset keeps its contract.
 
 **The learning test.** The preset's RL (G2PO, 16 iterations of 8 groups x 8, lr 1e-4) starts from
 the preset's hasty warm start, committed in ``results/webshop_cpu/warm_start`` (building it takes
-about 11 minutes on 2 cores): half of its demonstrations bought before their last option click,
+607 s on 2 idle cores): half of its demonstrations bought before their last option click,
 so it misses a value the instruction names and wins about 4 % of the 200 held-out goals at 0.4.
 RL must unlearn that habit on the training goals and raise held-out success, paired by goal
 (:func:`learning_verdict`): at least +5 points, a one-sided paired z of at least 2.33 (1 %).
@@ -22,8 +22,8 @@ this test, AVX2 kernels     the same evaluations, episode by episode (its losses
 Without learning (``train.lr=1e-12``) the final evaluation equals the first (the evaluation is
 seeded), the rise is 0 and the test fails; check with
 ``G2PO_TEST_LEARNING_OVERRIDES="train.lr=1e-12" python -m pytest tests/test_learning_webshop.py``.
-Cost: 16 iterations and two evaluations of 200 goals (the preset's RL took 180 s of its 843 s on
-the idle 2-core VM from the whole expert's warm start; docs/webshop-cpu.md).
+Cost: 16 iterations and two evaluations of 200 goals (152 s and 21 s in a fresh run of the preset
+on the idle 2-core VM; docs/webshop-cpu.md).
 
 **The contract.** What the preset promises, and a broken preset violates:
 
