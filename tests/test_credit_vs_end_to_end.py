@@ -151,3 +151,26 @@ def test_the_committed_studies_vs_end_to_end_is_what_the_script_prints(study, ca
     for label in ("GRPO", "GiGPO w/ std", "G2PO", "CRBC", "HGPO", "GraphGPO", "EMPG"):
         row = next(line for line in committed.splitlines() if line.startswith(f"| {label} |"))
         assert len([c for c in row.split("|") if c.strip()]) == 4 and "n/a" not in row, row
+
+
+def test_the_webshop_study_vs_end_to_end_is_what_the_script_prints(capsys):
+    """results/credit/webshop-hasty-h10-g96/vs_end_to_end.md is the script on that study (the WebShop
+    preset's warm start, a clean checkout of ``fe75a3a``) and the committed WebShop comparison
+    (results/webshop_cpu/sweep/runs, from the same warm start); six estimators match (the study's GiGPO
+    row is at the preset's mean_norm, the comparison's GiGPO at mean_std_norm)."""
+    import json
+
+    study = "webshop-hasty-h10-g96"
+    folder = COMMITTED_STUDIES / study
+    record = json.loads((folder / "credit.json").read_text())
+    assert record["code"]["commit"].startswith("fe75a3a") and record["code"]["dirty"] is False
+    assert record["policy"]["warm_start_key"] == "382fa471a598"
+    runs = COMMITTED_STUDIES.parent / "webshop_cpu" / "sweep" / "runs"
+    assert C.main([str(folder), "--runs", str(runs)]) == 0
+    printed = capsys.readouterr().out
+    committed = (folder / "vs_end_to_end.md").read_text()
+    assert printed.replace(str(folder), f"results/credit/{study}").replace(str(runs), "results/webshop_cpu/sweep/runs") \
+        == committed
+    for label in ("GRPO", "G2PO", "CRBC", "HGPO", "GraphGPO", "EMPG"):
+        row = next(line for line in committed.splitlines() if line.startswith(f"| {label} |"))
+        assert len([c for c in row.split("|") if c.strip()]) == 4 and "n/a" not in row, row
